@@ -1,0 +1,51 @@
+# Two commands do all the set-up on a fresh machine:
+#   make reproduce   create .venv if missing, install pinned deps, run the workflow, build the report
+#   make test        the same set-up, then the test suite
+# Re-running either is fast: the venv is rebuilt only when envs/ or pyproject.toml change.
+
+PYTHON ?= python3
+VENV ?= .venv
+CORES ?= 2
+CONFIG ?=
+SNAKEMAKE_ARGS ?=
+PYTEST_ARGS ?=
+
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
+
+.PHONY: venv reproduce test lint dryrun clean-results help
+
+help:
+	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
+	@echo "make test        set up .venv, run the test suite"
+	@echo "make lint        ruff, snakefmt --check, snakemake --lint"
+	@echo "Variables: CORES=N  CONFIG=workflow/config/paper.yaml  SNAKEMAKE_ARGS='...'  PYTEST_ARGS='...'"
+
+venv: $(STAMP)
+
+$(STAMP): envs/requirements.txt envs/constraints.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r envs/requirements.txt -c envs/constraints.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name rankcollapse --display-name "Python (rankcollapse)" >/dev/null
+	touch $(STAMP)
+
+reproduce: $(STAMP)
+	$(VENV)/bin/snakemake --cores $(CORES) $(CONFIG_ARG) $(SNAKEMAKE_ARGS)
+	@echo "Report: report/report.html and report/report.pdf"
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests workflow/scripts benchmarks
+	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
+	$(VENV)/bin/snakemake --lint --cores 1
+
+dryrun: $(STAMP)
+	$(VENV)/bin/snakemake -n --cores $(CORES) $(CONFIG_ARG)
+
+clean-results:
+	rm -rf results report/report.html report/report.pdf report/figures

@@ -1,0 +1,21 @@
+# rankcollapse: why deep self-attention collapses and what prevents it.
+# This file is the table of contents; each stage lives in workflow/rules/.
+#   snakemake --cores N                                      (default config)
+#   snakemake --cores N --configfile workflow/config/ci.yaml (tiny)
+
+
+configfile: "workflow/config/default.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/init.smk"
+include: "workflow/rules/collect.smk"
+include: "workflow/rules/notebooks.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        "report/report.html",
+        report_pdf(),
+    default_target: True

@@ -1,0 +1,207 @@
+# %% [markdown]
+# # E1 — Rank collapse at initialisation (Dong, Cordonnier & Loukas, ICML 2021)
+#
+# For each architecture variant and seed, one random network of depth L_max is applied to random
+# Gaussian sequences in float64, and every layer's output is measured (the workflow's `init_sweep`
+# rule; this notebook only reads its table). Dong et al. prove that pure self-attention (SAN)
+# loses rank doubly exponentially with depth: the residual res(X) = X − 1x̄ᵀ obeys
+# ‖res(SAN(X))‖ ≤ C ‖res(X)‖³ per layer, a cubic rate, so log r_{l+1} ≈ 3 log r_l + c. Skip
+# connections break this; MLPs and LayerNorm alone do not.
+
+# %% tags=["parameters"]
+experiment = "E1"
+tables = {"init": "results/tables/E1_init.parquet"}
+settings = {
+    "init_sweep": {"depth": 32, "width": 64, "heads": 2, "tokens": 32, "batch": 16},
+    "fit": {"floor": 1e-13, "max_residual": 0.9, "bootstrap": 1000},
+}
+figures_dir = "report/figures/E1"
+numbers_path = "results/numbers/E1.json"
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from rankcollapse import io, plotting
+from rankcollapse.analysis import collapse_summary, exponent_pairs
+from rankcollapse.claims import Claim
+from rankcollapse.notebooks import section
+
+plotting.use_style()
+fit = settings["fit"]
+sweep = settings["init_sweep"]
+table = io.read_parquet(tables["init"])
+variants = list(dict.fromkeys(table.variant))  # config order
+seeds = table.seed.nunique()
+L = int(table.layer.max())
+METRIC = "relative_residual_comp"  # what Dong et al. plot: composite l1,inf norm, mean-centred
+EPS = float(np.finfo(np.float64).eps)
+print(f"{len(table)} rows: {len(variants)} variants x {seeds} seeds x "
+      f"{table['sample'].nunique()} sequences x {L + 1} layers")
+
+# %% [markdown]
+# ## Relative residual against depth
+# Median over all sequences of all seeds, band = 10–90 % quantiles. The dotted line is float64's
+# machine epsilon: below it the "residual" is round-off, so fits stop at the `floor` setting.
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+for variant in variants:
+    t = table[table.variant == variant]
+    q = t.groupby("layer")[METRIC].quantile([0.1, 0.5, 0.9]).unstack()
+    color, label = plotting.variant_color(variant), plotting.variant_label(variant)
+    for ax in axes:
+        ax.plot(q.index, q[0.5], color=color, label=label, lw=1.8)
+        ax.fill_between(q.index, q[0.1], q[0.9], color=color, alpha=0.2, lw=0)
+for ax, (ylim, title) in zip(axes, [((1e-17, 2), "all layers (log scale)"),
+                                    ((0, 1.05), "linear scale")]):
+    ax.set_xlabel("layer l (depth)")
+    ax.set_ylabel("relative residual r_l  (composite ℓ1,∞ norm)")
+    ax.set_title(title)
+    ax.set_ylim(*ylim)
+axes[0].set_yscale("log")
+axes[0].axhline(EPS, color="grey", ls=":", lw=1)
+axes[0].text(L, EPS * 3, "float64 eps", ha="right", va="bottom", fontsize=8, color="grey")
+axes[1].legend(loc="upper right", frameon=False)
+fig.suptitle(f"Residual of random-init networks (width {sweep['width']}, {sweep['heads']} heads, "
+             f"n = {sweep['tokens']} tokens; {seeds} seeds)")
+fig_residual = plotting.save(fig, figures_dir, "residual_vs_depth")
+
+# %% [markdown]
+# ## The collapse exponent
+# Each point is one pair of consecutive layers (r_l, r_{l+1}) of one sequence, restricted to
+# r_l ≤ `max_residual` and r_{l+1} ≥ `floor`. A slope k = 3 on these log–log axes is the cubic,
+# doubly exponential rate of the bound; k = 1 is a plain exponential decay.
+
+# %%
+summary = collapse_summary(table, METRIC, fit["floor"], fit["max_residual"], fit["bootstrap"])
+summary_fro = collapse_summary(table, "relative_residual", fit["floor"], fit["max_residual"],
+                               fit["bootstrap"]).set_index("variant")
+fig, ax = plt.subplots(figsize=(5.5, 4.5), constrained_layout=True)
+for row in summary.itertuples():
+    pairs = exponent_pairs(table[table.variant == row.variant], METRIC, fit["floor"],
+                           fit["max_residual"])
+    color = plotting.variant_color(row.variant)
+    ax.scatter(pairs.r, pairs.r_next, s=4, alpha=0.25, color=color, lw=0)
+    ax.plot([], [], "o", color=color, label=f"{plotting.variant_label(row.variant)}: k = {row.k:.2f}")
+grid = np.logspace(np.log10(fit["floor"]), 0, 50)
+ax.plot(grid, grid**3, "k--", lw=1, label="k = 3 (cubic, through 1)")
+ax.plot(grid, grid, "k:", lw=1, label="k = 1 (r_{l+1} = r_l)")
+ax.set_xscale("log")
+ax.set_yscale("log")
+ax.set_xlim(fit["floor"], 1.2)
+ax.set_ylim(fit["floor"], 1.2)
+ax.set_xlabel("r_l")
+ax.set_ylabel("r_{l+1}")
+ax.set_title("One layer's map of the residual")
+ax.legend(fontsize=7, frameon=False, loc="lower right")
+fig_exponent = plotting.save(fig, figures_dir, "collapse_exponent")
+
+# %%
+def ci(value, lo, hi, digits=2):
+    return f"{value:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+rows = []
+for row in summary.itertuples():
+    fro = summary_fro.loc[row.variant]
+    rows.append({
+        "variant": plotting.variant_label(row.variant),
+        "exponent k (composite)": ci(row.k, row.k_lo, row.k_hi),
+        "exponent k (Frobenius)": ci(fro.k, fro.k_lo, fro.k_hi),
+        "per-layer factor ρ": ci(row.rho, row.rho_lo, row.rho_hi, 3),
+        f"median r at layer {L}": f"{row.final:.2e}",
+        "first layer with r < 1e-6": "never" if np.isnan(row.collapse_layer)
+        else f"{row.collapse_layer:.0f}",
+        "fitted pairs": row.pairs,
+    })
+import pandas as pd  # noqa: E402
+
+table_html = pd.DataFrame(rows).to_html(index=False, border=0, classes="data")
+pd.DataFrame(rows)
+
+# %% [markdown]
+# ## Claims
+
+# %%
+by = summary.set_index("variant")
+B = fit["bootstrap"]
+
+
+def exponent_claim(cid, variant, statement, source, low, high, paper_value, reason_ok):
+    if variant not in by.index:
+        return Claim(cid, statement, source, f"collapse exponent k of {variant}", None, None,
+                     low, high, paper_value, reason=f"variant {variant} not in this run")
+    r = by.loc[variant]
+    return Claim(cid, statement, source, f"collapse exponent k of {variant} (95% CI, {B} "
+                 "bootstrap resamples over seeds)", float(r.k), (float(r.k_lo), float(r.k_hi)),
+                 low, high, paper_value, reason=reason_ok.format(k=r.k, rho=r.rho))
+
+
+claims = [
+    exponent_claim(
+        "E1.san_doubly_exponential", "san",
+        "Pure self-attention loses rank doubly exponentially with depth.",
+        "Dong et al. 2021, §2 (main theorem)", 1.5, np.inf, "doubly exponential (k > 1)",
+        "per-layer map r_{{l+1}} ≈ e^c r_l^k with k = {k:.2f}; k > 1 is doubly exponential"),
+    exponent_claim(
+        "E1.san_cubic_rate", "san",
+        "The rate is cubic, ‖res(SAN(X))‖ ≤ C ‖res(X)‖³ per layer, and random networks follow it "
+        "closely (exponent about 3; above 3 is faster than the bound requires).",
+        "Dong et al. 2021, §2 (main theorem, exponent 3^L)", 2.5, 4.0, "3 (an upper bound on r)",
+        "fitted log–log slope of one layer's residual map: {k:.2f}"),
+    exponent_claim(
+        "E1.skip_prevents", "san_skip",
+        "Skip connections prevent the doubly exponential collapse.",
+        "Dong et al. 2021, §3.1", 0.0, 1.2, "collapse avoided (k ≤ 1)",
+        "with skips k = {k:.2f}: at most exponential decay (ρ = {rho:.3f} per layer at init)"),
+    exponent_claim(
+        "E1.mlp_does_not_prevent", "san_mlp",
+        "MLPs alone do not stop pure attention's doubly exponential collapse.",
+        "Dong et al. 2021, §3.2", 1.5, np.inf, None,
+        "with MLPs but no skips k = {k:.2f}"),
+    exponent_claim(
+        "E1.layernorm_does_not_prevent", "san_ln",
+        "LayerNorm alone does not mitigate rank collapse.",
+        "Dong et al. 2021, §3.3", 1.5, np.inf, None,
+        "with LayerNorm but no skips k = {k:.2f}"),
+]
+pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+
+# %%
+san = by.loc["san"] if "san" in by.index else None
+skip = by.loc["san_skip"] if "san_skip" in by.index else None
+summary_text = (
+    f"Across {seeds} random networks per variant (depth {L}, float64), pure attention's residual "
+    + (f"falls below 10⁻⁶ by layer {san.collapse_layer:.0f} and its one-layer map has log–log "
+       f"slope k = {san.k:.2f} [{san.k_lo:.2f}, {san.k_hi:.2f}], close to the cubic rate "
+       f"of the bound. " if san is not None else "was not measured. ")
+    + (f"With skip connections the slope drops to k = {skip.k:.2f}: the residual decays only "
+       f"exponentially, by a factor ρ = {skip.rho:.3f} per layer. " if skip is not None else "")
+    + "MLPs and LayerNorm without skips do not prevent the collapse."
+)
+print(summary_text)
+io.write_json(section(
+    experiment, "Rank collapse at initialisation", "Dong, Cordonnier & Loukas (ICML 2021)",
+    summary_text,
+    figures=[
+        {"name": "residual_vs_depth", **fig_residual, "caption":
+         "Relative residual ‖X_l − 1x̄ᵀ‖/‖X_l‖ (composite ℓ1,∞ norm, as Dong et al. plot) of "
+         "random-init networks against depth, per variant: median over sequences and seeds, "
+         "band 10–90 %. Left: log scale, where pure attention hits float64 round-off within a few "
+         "layers; right: linear scale."},
+        {"name": "collapse_exponent", **fig_exponent, "caption":
+         "One layer's map of the residual, r_l → r_{l+1}, for every sequence and layer in the fit "
+         "range. Slope 3 (dashed) is the cubic rate of Dong et al.'s bound; slope 1 (dotted) a "
+         "plain exponential."},
+    ],
+    tables=[{"caption": "Collapse exponent k (slope of log r_{l+1} against log r_l) and per-layer "
+             "factor ρ, with 95% bootstrap intervals over seeds.", "html": table_html}],
+    claims=claims,
+    numbers={
+        "exponents": summary.to_dict(orient="records"),
+        "identity_max_error": float(np.max(np.abs(
+            table.relative_residual**2 - (1 - table.token_similarity)))),
+        "seeds": seeds, "depth": L,
+    },
+), numbers_path)

@@ -1,0 +1,77 @@
+"""One figure style for every notebook: colour-blind-safe colours, labelled axes, stable files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+# Okabe & Ito's colour-blind-safe palette (black last, for references), wine from Paul Tol's.
+# Yellow (#F0E442) is left out: too faint for lines on white.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#882255", "#000000"]
+
+# Fixed colours per variant, so a variant looks the same in every figure.
+VARIANT_COLORS = {
+    "san": "#D55E00",
+    "san_skip": "#0072B2",
+    "san_mlp": "#E69F00",
+    "san_skip_mlp": "#56B4E9",
+    "san_ln": "#CC79A7",
+    "post_ln": "#000000",
+    "pre_ln": "#009E73",
+    "post_ln_deesc": "#882255",  # Paul Tol's wine: yellow is unreadable as a line
+}
+
+VARIANT_LABELS = {
+    "san": "SAN (attention only)",
+    "san_skip": "SAN + skip",
+    "san_mlp": "SAN + MLP",
+    "san_skip_mlp": "SAN + skip + MLP",
+    "san_ln": "SAN + LayerNorm",
+    "post_ln": "post-LN transformer",
+    "pre_ln": "pre-LN transformer",
+    "post_ln_deesc": "post-LN + de-escalation (τ=1)",
+}
+
+
+def variant_color(name: str) -> str:
+    if name in VARIANT_COLORS:
+        return VARIANT_COLORS[name]
+    return PALETTE[sum(map(ord, name)) % (len(PALETTE) - 1)]  # stable for unknown names
+
+
+def variant_label(name: str) -> str:
+    return VARIANT_LABELS.get(name, name)
+
+
+def use_style() -> None:
+    plt.rcParams.update({
+        "figure.dpi": 110,
+        "savefig.dpi": 200,
+        "font.size": 10,
+        "axes.titlesize": 11,
+        "axes.labelsize": 10,
+        "legend.fontsize": 8.5,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "svg.hashsalt": "rankcollapse",
+        "pdf.fonttype": 42,
+    })
+
+
+def save(fig, directory: str | os.PathLike, name: str) -> dict[str, str]:
+    """Write fig as PNG (for HTML) and vector PDF, without timestamps, so files are byte-stable."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    png, pdf = directory / f"{name}.png", directory / f"{name}.pdf"
+    fig.savefig(png, bbox_inches="tight", metadata={"Software": None})
+    fig.savefig(pdf, bbox_inches="tight",
+                metadata={"Creator": None, "Producer": None, "CreationDate": None})
+    plt.close(fig)
+    return {"png": str(png), "pdf": str(pdf)}

@@ -1,0 +1,16 @@
+# E1: random-init networks, one captured forward pass per (variant, seed) records every layer.
+
+
+rule init_sweep:
+    output:
+        "results/init/{variant}/seed{seed}.parquet",
+    log:
+        "results/logs/init/{variant}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/init/{variant}/seed{seed}.tsv"
+    params:
+        sweep=init_sweep_params,
+        device=config["device"],
+    threads: 1
+    script:
+        "../scripts/init_sweep.py"

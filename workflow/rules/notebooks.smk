@@ -1,0 +1,20 @@
+# Papermill runs one notebook per experiment on its collected tables: figures, tables and the
+# claims. Notebooks never train or simulate, so editing one reruns only it and the report.
+
+
+rule notebook:
+    input:
+        unpack(notebook_inputs),
+    output:
+        executed="results/notebooks/{experiment}.ipynb",
+        numbers="results/numbers/{experiment}.json",
+        figures=directory("report/figures/{experiment}"),
+    log:
+        "results/logs/notebooks/{experiment}.log",
+    benchmark:
+        "results/benchmarks/notebooks/{experiment}.tsv"
+    params:
+        parameters=notebook_params,
+    threads: 1
+    script:
+        "../scripts/run_notebook.py"

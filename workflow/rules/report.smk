@@ -1,0 +1,21 @@
+# Assemble report/report.html (self-contained) and report/report.pdf from the notebooks' output.
+
+
+rule report:
+    input:
+        numbers=expand("results/numbers/{experiment}.json", experiment=report_experiments()),
+        figures=expand("report/figures/{experiment}", experiment=report_experiments()),
+        benchmarks=benchmark_files,
+        template="report/templates/report.html.j2",
+        style="report/templates/report.css",
+    output:
+        html="report/report.html",
+        pdf=report_pdf(),
+    log:
+        "results/logs/report.log",
+    params:
+        title=config["report"]["title"],
+        config=config,
+    threads: 1
+    script:
+        "../scripts/build_report.py"

@@ -1,0 +1,18 @@
+"""Assemble report/report.html and report/report.pdf."""
+
+import logging
+
+from rankcollapse import io, report
+
+io.log_to(snakemake.log[0])
+html = report.build(
+    numbers=snakemake.input.numbers,
+    benchmarks=snakemake.input.benchmarks,
+    template=snakemake.input.template,
+    style=snakemake.input.style,
+    title=snakemake.params.title,
+    config=snakemake.params.config,
+    html_path=snakemake.output.html,
+    pdf_path=snakemake.output.pdf[0] if snakemake.output.pdf else None,
+)
+logging.info("wrote %s", snakemake.output)

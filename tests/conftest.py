@@ -1,0 +1,51 @@
+"""Shared fixtures: a disposable copy of the workflow to run snakemake in."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+def project_files(root: Path = ROOT) -> list[Path]:
+    """Tracked and untracked-but-not-ignored files: what a clone (plus local edits) holds."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=root, capture_output=True, check=True,
+        ).stdout.decode()
+        return [root / p for p in out.split("\0") if p and (root / p).is_file()]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".venv", ".snakemake", "results", ".git", "__pycache__"}
+        return [p for p in root.rglob("*") if p.is_file() and not skip & set(p.parts)]
+
+
+def copy_project(dest: Path) -> Path:
+    for path in project_files():
+        target = dest / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return dest
+
+
+def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900):
+    """Run snakemake in workdir; return the CompletedProcess (stdout and stderr merged)."""
+    proc = subprocess.run(
+        [*SNAKEMAKE, *args], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-6000:]}")
+    return proc
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A fresh copy of the project in a temporary directory."""
+    return copy_project(tmp_path / "project")

@@ -1,0 +1,98 @@
+"""Bad input stops the workflow before any job runs, with a message that names the problem."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import copy_project, run_snakemake
+from rankcollapse.config import ConfigError, check_config, check_schema, load_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = load_schema(ROOT / "workflow/schemas/config.schema.yaml")
+DEFAULT = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+
+# (name, config text merged over default.yaml, fragments the error message must contain)
+BAD_CONFIGS = [
+    ("unknown_top_key", "epochs: 3\n", ["unknown key", "epochs", "allowed keys"]),
+    ("unknown_nested_key", "init_sweep: {depht: 3}\n", ["init_sweep", "depht", "depth"]),
+    ("wrong_type", "init_sweep: {depth: deep}\n", ["init_sweep.depth", "not of type 'integer'"]),
+    ("negative_depth", "init_sweep: {depth: -4}\n", ["init_sweep.depth", "minimum"]),
+    ("undefined_variant", "init_sweep: {variants: [san, transformer_xl]}\n",
+     ["transformer_xl", "is not defined", "post_ln"]),
+    ("empty_variant_list", "init_sweep: {variants: []}\n", ["init_sweep.variants", "non-empty"]),
+    ("tau_out_of_range", "variants: {post_ln_deesc: {skip: true, mlp: true, norm: post, "
+     "deescalate: 1.5}}\n", ["deescalate", "maximum"]),
+    ("bad_norm", "variants: {odd: {skip: true, mlp: true, norm: middle}}\n",
+     ["variants.odd.norm", "'none'", "'pre'", "'post'"]),
+    ("seed_not_integer", "init_sweep: {seeds: [0, 1.5]}\n", ["init_sweep.seeds[1]", "integer"]),
+    ("bad_dtype", "init_sweep: {dtype: float16}\n", ["init_sweep.dtype", "float32", "float64"]),
+    ("width_not_divisible", "init_sweep: {width: 10, heads: 3}\n", ["not divisible"]),
+    ("unknown_experiment", "report: {experiments: [E99]}\n", ["report.experiments[0]", "E99"]),
+    ("bad_device", "device: tpu\n", ["device", "'cuda'"]),
+    ("variant_missing_switch", "variants: {half: {skip: true}}\n", ["variants.half", "mlp"]),
+]
+
+
+def tree_checksum(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    work = copy_project(tmp_path_factory.mktemp("bad-configs"))
+    earlier = work / "results" / "init" / "san" / "seed0.parquet"  # stands for earlier results
+    earlier.parent.mkdir(parents=True)
+    earlier.write_bytes(b"computed earlier")
+    return work
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize(("name", "text", "fragments"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_stops_before_any_job(workdir, name, text, fragments):
+    config = workdir / f"{name}.yaml"
+    config.write_text(text)
+    before = tree_checksum(workdir / "results")
+    proc = run_snakemake(workdir, "--cores", "1", "--configfile", str(config), check=False)
+    assert proc.returncode != 0, proc.stdout
+    for fragment in fragments:
+        assert fragment in proc.stdout, f"{fragment!r} not in:\n{proc.stdout[-3000:]}"
+    assert "Select jobs to execute" not in proc.stdout  # nothing was scheduled
+    assert tree_checksum(workdir / "results") == before
+
+
+@pytest.mark.workflow
+def test_missing_configfile_is_named(workdir):
+    proc = run_snakemake(workdir, "-n", "--configfile", "no/such/config.yaml", check=False)
+    assert proc.returncode != 0
+    assert "no/such/config.yaml" in proc.stdout
+
+
+@pytest.mark.workflow
+def test_malformed_yaml_is_reported(workdir):
+    config = workdir / "broken.yaml"
+    config.write_text("init_sweep: {depth: 3\nseeds: [0,\n")
+    proc = run_snakemake(workdir, "-n", "--configfile", str(config), check=False)
+    assert proc.returncode != 0
+    assert "broken.yaml" in proc.stdout or "yaml" in proc.stdout.lower()
+
+
+def test_shipped_configs_are_valid():
+    for name in ("default", "ci", "paper"):
+        config = {**DEFAULT, **yaml.safe_load((ROOT / f"workflow/config/{name}.yaml").read_text())}
+        check_schema(config, SCHEMA)
+        check_config(config)
+
+
+def test_every_schema_error_is_listed_at_once():
+    config = {**DEFAULT, "init_sweep": {"depth": -1, "dtype": "half"}, "typo": 1}
+    with pytest.raises(ConfigError) as err:
+        check_schema(config, SCHEMA)
+    message = str(err.value)
+    assert "init_sweep.depth" in message and "init_sweep.dtype" in message and "typo" in message

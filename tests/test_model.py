@@ -1,0 +1,88 @@
+import pytest
+import torch
+
+from rankcollapse.model import PRESETS, ModelConfig, Transformer, build
+
+VARIANTS = sorted(PRESETS)
+
+
+def make(variant: str, depth: int = 4, seed: int = 0, **kw) -> Transformer:
+    torch.manual_seed(seed)
+    return build(PRESETS[variant], depth=depth, width=16, heads=2, **kw).double()
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_capture_records_every_layer(variant):
+    model = make(variant, depth=5)
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    y, trace = model(x, capture=True)
+    assert len(trace.hidden) == 6 and len(trace.attention) == 5
+    assert trace.hidden[0] is x
+    assert torch.equal(trace.hidden[-1], y)
+    for attn in trace.attention:
+        assert attn.shape == (3, 2, 7, 7)
+        assert torch.all(attn >= 0)
+        torch.testing.assert_close(attn.sum(-1), torch.ones(3, 2, 7, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_capture_does_not_change_the_output(variant):
+    """The fused kernel (training) and the materialised attention (capture) agree."""
+    model = make(variant)
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    fused, none = model(x)
+    captured, _ = model(x, capture=True)
+    assert none is None
+    torch.testing.assert_close(fused, captured, rtol=1e-10, atol=1e-12)
+
+
+def test_first_layers_of_a_deep_stack_are_a_shallow_stack():
+    """Why one pass of depth L measures every depth <= L: same seed, same first blocks."""
+    x = torch.randn(2, 8, 16, dtype=torch.float64)
+    _, deep = make("post_ln", depth=9, seed=3)(x, capture=True)
+    shallow, _ = make("post_ln", depth=4, seed=3)(x)
+    torch.testing.assert_close(deep.hidden[4], shallow)
+
+
+def test_pure_attention_block_is_attention_times_values():
+    """san: X_{l+1} = sum_h A_h X W_V,h W_O,h exactly, no residual and no norm."""
+    model = make("san", depth=1)
+    attn = model.blocks[0].attn
+    x = torch.randn(1, 5, 16, dtype=torch.float64)
+    y, trace = model(x, capture=True)
+    v = (x @ attn.qkv.weight.T)[..., 32:].view(1, 5, 2, 8).transpose(1, 2)  # (B, H, n, dh)
+    heads = (trace.attention[0] @ v).transpose(1, 2).reshape(1, 5, 16)
+    torch.testing.assert_close(y, heads @ attn.proj.weight.T)
+
+
+def test_deescalation_removes_the_token_mean_of_attention_output():
+    torch.manual_seed(0)
+    attn = Transformer(ModelConfig(width=16, heads=2, depth=1, deescalate=1.0)).blocks[0].attn
+    y, _ = attn(torch.randn(4, 6, 16))
+    torch.testing.assert_close(y.mean(dim=-2), torch.zeros(4, 16), atol=1e-6, rtol=0)
+    torch.manual_seed(0)
+    half = Transformer(ModelConfig(width=16, heads=2, depth=1, deescalate=0.5)).blocks[0].attn
+    torch.manual_seed(0)
+    plain = Transformer(ModelConfig(width=16, heads=2, depth=1)).blocks[0].attn
+    x = torch.randn(4, 6, 16)
+    y_half, y_plain = half(x)[0], plain(x)[0]
+    torch.testing.assert_close(y_half, y_plain - 0.5 * y_plain.mean(dim=-2, keepdim=True))
+
+
+def test_switches_resolve_to_modules():
+    block = make("pre_ln").blocks[0]
+    assert isinstance(block.attn_in, torch.nn.LayerNorm)
+    assert isinstance(block.attn_out, torch.nn.Identity)
+    block = make("san").blocks[0]
+    assert block.skip == 0.0 and isinstance(block.ffn, torch.nn.Identity)
+
+
+def test_unknown_option_fails_fast_with_its_name():
+    with pytest.raises(KeyError, match="dropout"):
+        ModelConfig.from_dict({"dropout": 0.1})
+    with pytest.raises(ValueError, match="norm"):
+        ModelConfig(norm="middle")
+    with pytest.raises(ValueError, match="divisible"):
+        ModelConfig(width=10, heads=3)
+    with pytest.raises(ValueError, match="tau"):
+        ModelConfig(deescalate=1.5)

@@ -1,0 +1,86 @@
+"""The workflow itself: lint, dry-runs, and one tiny real run of the CI config end to end."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from markupsafe import escape
+
+from conftest import copy_project, run_snakemake
+
+pytestmark = pytest.mark.workflow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scheduled(dry_run_output: str) -> dict[str, int]:
+    """Rule -> job count from the 'Job stats' table of a dry run."""
+    stats = dry_run_output.split("Job stats:")[1].split("Reasons:")[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", stats, re.M)
+            if m.group(1) != "total"}
+
+
+def test_lint_is_clean(project):
+    proc = run_snakemake(project, "--lint", "--cores", "1", check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "Lints for" not in proc.stdout, proc.stdout[-4000:]
+
+
+@pytest.mark.parametrize("config", ["default", "ci", "paper"])
+def test_dry_run_plans_every_stage(project, config):
+    proc = run_snakemake(project, "-n", "--cores", "2", "--configfile",
+                         f"workflow/config/{config}.yaml")
+    jobs = scheduled(proc.stdout)
+    assert {"init_sweep", "collect_init", "notebook", "report", "all"} <= set(jobs), jobs
+    assert jobs["report"] == 1
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory):
+    """One real run of the CI config in a fresh copy (shared by the tests below)."""
+    work = copy_project(tmp_path_factory.mktemp("ci-run"))
+    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci")
+    return work
+
+
+def test_ci_run_builds_the_report_and_every_figure(ci_run):
+    html = (ci_run / "report/report.html").read_text()
+    pdf = (ci_run / "report/report.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and len(pdf) > 20_000
+    assert "Claims ledger" in html and "Provenance" in html
+    sections = sorted((ci_run / "results/numbers").glob("E*.json"))
+    assert sections, "no experiment wrote its numbers"
+    for path in sections:
+        section = json.loads(path.read_text())
+        assert section["claims"], f"{path.name} has no claims"
+        assert section["figures"], f"{path.name} has no figures"
+        for figure in section["figures"]:
+            for kind in ("png", "pdf"):
+                assert (ci_run / figure[kind]).stat().st_size > 1000, figure[kind]
+            assert escape(figure["caption"]) in html  # every figure is in the report, captioned
+        for claim in section["claims"]:
+            assert escape(claim["statement"]) in html
+    assert html.count("data:image/png;base64,") == sum(
+        len(json.loads(p.read_text())["figures"]) for p in sections)
+
+
+def test_e1_finds_pure_attention_collapsing_fast(ci_run):
+    e1 = json.loads((ci_run / "results/numbers/E1.json").read_text())
+    claims = {c["id"]: c for c in e1["claims"]}
+    assert claims["E1.san_doubly_exponential"]["measured"] > 2  # cubic-ish, far from 1
+    assert claims["E1.skip_prevents"]["measured"] < 1.3
+    assert e1["numbers"]["identity_max_error"] < 1e-12  # r_F^2 == 1 - t_sim
+
+
+def test_rerun_has_nothing_to_do_and_a_notebook_edit_reruns_only_it(ci_run):
+    proc = run_snakemake(ci_run, "-n", "--workflow-profile", "workflow/profiles/ci")
+    assert "Nothing to be done" in proc.stdout, proc.stdout[-3000:]
+    notebook = ci_run / "notebooks/01_rank_collapse_init.ipynb"
+    original = notebook.read_text()
+    try:
+        notebook.write_text(original.replace("# E1 — Rank collapse", "# E1 — Rank collapse (edited)"))
+        jobs = scheduled(run_snakemake(ci_run, "-n", "--workflow-profile",
+                                       "workflow/profiles/ci").stdout)
+        assert set(jobs) == {"notebook", "report", "all"}, jobs
+    finally:
+        notebook.write_text(original)

@@ -49,3 +49,14 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float 
 def project(tmp_path: Path) -> Path:
     """A fresh copy of the project in a temporary directory."""
     return copy_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="session")
+def ci_run(tmp_path_factory) -> Path:
+    """One real local run of the CI config in a fresh copy, shared by every test that reads it.
+
+    Tests that modify files in it restore them before they finish.
+    """
+    work = copy_project(tmp_path_factory.mktemp("ci-run"))
+    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci")
+    return work

@@ -5,9 +5,8 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import run_snakemake
 from markupsafe import escape
-
-from conftest import copy_project, run_snakemake
 
 pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,14 +32,6 @@ def test_dry_run_plans_every_stage(project, config):
     jobs = scheduled(proc.stdout)
     assert {"init_sweep", "collect_init", "notebook", "report", "all"} <= set(jobs), jobs
     assert jobs["report"] == 1
-
-
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory):
-    """One real run of the CI config in a fresh copy (shared by the tests below)."""
-    work = copy_project(tmp_path_factory.mktemp("ci-run"))
-    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci")
-    return work
 
 
 def test_ci_run_builds_the_report_and_every_figure(ci_run):
@@ -78,7 +69,7 @@ def test_rerun_has_nothing_to_do_and_a_notebook_edit_reruns_only_it(ci_run):
     notebook = ci_run / "notebooks/01_rank_collapse_init.ipynb"
     original = notebook.read_text()
     try:
-        notebook.write_text(original.replace("# E1 — Rank collapse", "# E1 — Rank collapse (edited)"))
+        notebook.write_text(original.replace("# E1 — Rank collapse", "# E1 — (edited)"))
         jobs = scheduled(run_snakemake(ci_run, "-n", "--workflow-profile",
                                        "workflow/profiles/ci").stdout)
         assert set(jobs) == {"notebook", "report", "all"}, jobs

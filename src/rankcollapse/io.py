@@ -120,6 +120,10 @@ def provenance(packages: Iterable[str] = PACKAGES) -> dict:
     }
 
 
+SCHEDULER_ENV = ("SLURM_JOB_ID", "SLURM_JOB_PARTITION", "SLURM_CPUS_PER_TASK", "SLURM_GPUS_ON_NODE",
+                 "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES")
+
+
 def log_to(path: str | os.PathLike) -> None:
     """Send this process's stdout, stderr and Python warnings/logging to the job's log file."""
     import logging
@@ -131,3 +135,7 @@ def log_to(path: str | os.PathLike) -> None:
     logging.basicConfig(stream=stream, level=logging.INFO, force=True,
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.captureWarnings(True)
+    # Where the job ran: on a cluster these say which allocation (and GPUs) it got.
+    placed = {k: os.environ[k] for k in SCHEDULER_ENV if k in os.environ}
+    if placed:
+        logging.info("scheduler: %s", " ".join(f"{k}={v}" for k, v in placed.items()))

@@ -14,11 +14,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
 
-.PHONY: venv reproduce test lint dryrun clean-results help
+.PHONY: venv reproduce test bench lint dryrun clean-results help
 
 help:
 	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
 	@echo "make test        set up .venv, run the test suite"
+	@echo "make bench       the performance suite (benchmarks/README.md)"
 	@echo "make lint        ruff, snakefmt --check, snakemake --lint"
 	@echo "Variables: CORES=N  CONFIG=workflow/config/paper.yaml  SNAKEMAKE_ARGS='...'  PYTEST_ARGS='...'"
 
@@ -38,6 +39,9 @@ reproduce: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests workflow/scripts benchmarks

@@ -9,7 +9,11 @@ configfile: "workflow/config/default.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/init.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/metrics.smk"
 include: "workflow/rules/collect.smk"
+include: "workflow/rules/particles.smk"
+include: "workflow/rules/realarch.smk"
 include: "workflow/rules/notebooks.smk"
 include: "workflow/rules/report.smk"
 

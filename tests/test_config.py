@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import copy_project, run_snakemake
+
 from rankcollapse.config import ConfigError, check_config, check_schema, load_schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,8 @@ def workdir(tmp_path_factory):
 
 
 @pytest.mark.workflow
-@pytest.mark.parametrize(("name", "text", "fragments"), BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+@pytest.mark.parametrize(("name", "text", "fragments"), BAD_CONFIGS,
+                         ids=[c[0] for c in BAD_CONFIGS])
 def test_bad_config_stops_before_any_job(workdir, name, text, fragments):
     config = workdir / f"{name}.yaml"
     config.write_text(text)

@@ -86,3 +86,29 @@ def test_unknown_option_fails_fast_with_its_name():
         ModelConfig(width=10, heads=3)
     with pytest.raises(ValueError, match="tau"):
         ModelConfig(deescalate=1.5)
+
+
+def test_centred_attention_is_a_minus_uniform_times_values():
+    torch.manual_seed(0)
+    cfg = ModelConfig(width=16, heads=2, depth=1, center_attention=True, skip=False, mlp=False,
+                      norm="none")
+    attn = Transformer(cfg).double().blocks[0].attn
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    y, A = attn(x, capture=True)
+    fused, _ = attn(x)
+    v = (x @ attn.qkv.weight.T)[..., 32:].view(2, 6, 2, 8).transpose(1, 2)
+    centred = (A - 1 / 6) @ v  # (A - (1/n) 1 1^T) V
+    expected = centred.transpose(1, 2).reshape(2, 6, 16) @ attn.proj.weight.T
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(fused, expected)
+
+
+def test_scaled_branches_use_one_over_sqrt_depth():
+    torch.manual_seed(0)
+    plain = make("san_skip", depth=4)
+    torch.manual_seed(0)
+    scaled = build({**PRESETS["san_skip"], "branch_scale": "inv_sqrt_depth"}, depth=4, width=16,
+                   heads=2).double()
+    x = torch.randn(1, 5, 16, dtype=torch.float64)
+    h, _ = plain.blocks[0].attn(x)
+    torch.testing.assert_close(scaled.blocks[0](x)[0], x + h / 2)  # 1/sqrt(4)

@@ -74,7 +74,9 @@ def first_layer_below(table: pd.DataFrame, value: str, threshold: float) -> floa
     total = table.groupby(["seed", "sample"]).ngroups
     if len(below) < total:  # some sequences never drop below: the median may be undefined
         below = below.reindex(table.groupby(["seed", "sample"]).size().index)
-        return float(np.nanmedian(below.to_numpy(float))) if below.notna().mean() > 0.5 else float("nan")
+        if below.notna().mean() <= 0.5:
+            return float("nan")
+        return float(np.nanmedian(below.to_numpy(float)))
     return float(below.median())
 
 

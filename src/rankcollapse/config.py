@@ -1,14 +1,55 @@
-"""Checks of the workflow config that a JSON schema cannot express (cross-references).
+"""Config checks that run before any job starts, with messages a person can act on.
 
-The schema (workflow/schemas/config.schema.yaml) checks keys, types and ranges; these checks run
-right after it, before any job starts, and name the offending key and the allowed values.
+`check_schema` validates against workflow/schemas/config.schema.yaml and reports each problem
+in one line (the key's dotted path, what is wrong, the allowed keys or values); `check_config`
+adds the cross-reference checks a JSON schema cannot express. The workflow then also calls
+snakemake's own `validate()`, which fills in the schema's defaults.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import jsonschema
+import yaml
+
 
 class ConfigError(ValueError):
     """A config problem, reported before any job runs."""
+
+
+def _where(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    where = _where(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        if allowed:
+            return f"{where}: unknown key(s) {unknown}; allowed keys: {allowed}"
+        return f"{where}: {error.message}"
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    return f"{where}: {error.message}"
+
+
+def load_schema(path: str | os.PathLike) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def check_schema(config: dict, schema: dict) -> None:
+    """Raise ConfigError listing every schema violation of `config`, one line each."""
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        lines = sorted({_describe(e) for e in errors})
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
 
 
 def check_config(config: dict) -> None:
@@ -27,5 +68,32 @@ def check_config(config: dict) -> None:
             f"init_sweep.width={sweep['width']} is not divisible by "
             f"init_sweep.heads={sweep['heads']}"
         )
+    problems += _training_problems(config, defined)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def _training_problems(config: dict, defined: list[str]) -> list[str]:
+    """Cross-references of the training blocks (train, escalation, depth_grid, report)."""
+    from .tasks import TASKS
+
+    problems = []
+    known_tasks = sorted(TASKS)
+    grid, escalation = config.get("depth_grid", {}), config.get("escalation", {})
+    uses = [("depth_grid.variants", name) for name in grid.get("variants", [])]
+    uses += [("escalation.variants", name) for name in escalation.get("variants", [])]
+    for key, name in uses:
+        if name not in defined:
+            problems.append(f"{key}: variant {name!r} is not defined; "
+                            f"defined variants (config key `variants`): {defined}")
+    tasks = [("depth_grid.tasks", name) for name in grid.get("tasks", [])]
+    if "task" in escalation:
+        tasks.append(("escalation.task", escalation["task"]))
+    for key, name in tasks:
+        if name not in known_tasks:
+            problems.append(f"{key}: unknown task {name!r}; allowed tasks: {known_tasks}")
+    train = config.get("train", {})
+    if "width" in train and "heads" in train and train["width"] % train["heads"]:
+        problems.append(f"train.width={train['width']} is not divisible by "
+                        f"train.heads={train['heads']}")
+    return problems

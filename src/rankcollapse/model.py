@@ -4,7 +4,7 @@ Every ablation studied here is a switch of `ModelConfig`, resolved once in `__in
 real module or `nn.Identity`, so that `Block.forward` stays a few readable lines:
 
     h, attn = self.attn(self.attn_in(x), capture)   # pre-LN or Identity, then attention
-    x = self.attn_out(self.skip * x + h)            # residual (skip = 1) or not (skip = 0); post-LN
+    x = self.attn_out(self.skip * x + self.scale * h)  # residual (skip 1) or not (0); post-LN
     x = self.ffn(x)                                 # the same wiring around an MLP, or Identity
 
 Named variants (`san`, `post_ln`, ...) are presets of these switches; they live in the workflow
@@ -34,6 +34,8 @@ class ModelConfig:
     norm: Norm = "post"  # LayerNorm placement: none, pre (x + f(LN x)) or post (LN(x + f x))
     deescalate: float = 0.0  # tau of Yu & Zhang: attention output Y <- (I - tau/n 11^T) Y
     temperature: float = 1.0  # beta: logits are beta * <q, k> / sqrt(d_head)
+    center_attention: bool = False  # A <- A - (1/n) 1 1^T (Nait Saada et al., "Mind the Gap")
+    branch_scale: Literal["none", "inv_sqrt_depth"] = "none"  # residual branches x 1/sqrt(L)
     mlp_ratio: int = 4  # hidden width of the MLP = mlp_ratio * width
     init_std: float | None = None  # std of weight entries; None = 1/sqrt(fan_in) (unit gain)
 
@@ -46,6 +48,14 @@ class ModelConfig:
             raise ValueError(f"deescalate={self.deescalate}: tau must lie in [0, 1]")
         if self.depth < 1:
             raise ValueError(f"depth={self.depth}: need at least one block")
+        if self.branch_scale not in ("none", "inv_sqrt_depth"):
+            raise ValueError(f"branch_scale={self.branch_scale!r}: allowed values are 'none', "
+                             "'inv_sqrt_depth'")
+
+    @property
+    def branch_factor(self) -> float:
+        """What each residual branch is multiplied by (Noci et al. 2022: 1/sqrt(L))."""
+        return 1.0 / math.sqrt(self.depth) if self.branch_scale == "inv_sqrt_depth" else 1.0
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
@@ -70,6 +80,8 @@ PRESETS: dict[str, dict] = {
     "post_ln": dict(skip=True, mlp=True, norm="post"),  # the classic transformer
     "pre_ln": dict(skip=True, mlp=True, norm="pre"),
     "post_ln_deesc": dict(skip=True, mlp=True, norm="post", deescalate=1.0),
+    "post_ln_center": dict(skip=True, mlp=True, norm="post", center_attention=True),
+    "post_ln_scaled": dict(skip=True, mlp=True, norm="post", branch_scale="inv_sqrt_depth"),
 }
 
 
@@ -91,6 +103,7 @@ class SelfAttention(nn.Module):
         self.heads = cfg.heads
         self.scale = cfg.temperature / math.sqrt(cfg.width // cfg.heads)
         self.deescalate = cfg.deescalate
+        self.center = cfg.center_attention
         self.qkv = _linear(cfg.width, 3 * cfg.width, cfg.init_std, bias=False)
         self.proj = _linear(cfg.width, cfg.width, cfg.init_std, bias=False)
 
@@ -107,6 +120,10 @@ class SelfAttention(nn.Module):
         else:
             attn = None
             y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)  # fused kernel
+        if self.center:
+            # (A - (1/n) 1 1^T) V = A V - 1 mean(V): centred attention without forming A. The
+            # trace keeps A itself (row-stochastic), so its spectrum stays comparable.
+            y = y - v.mean(dim=-2, keepdim=True)
         y = self.proj(y.transpose(1, 2).reshape(B, n, d))  # (B, n, d)
         if self.deescalate:
             # Yu & Zhang: Y <- (I - tau * (1/n) 1 1^T) Y removes tau x the token mean.
@@ -115,7 +132,7 @@ class SelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """The MLP sublayer with the same norm/skip wiring as attention: out = post(skip*x + f(pre x))."""
+    """The MLP sublayer, wired like attention: out = post(skip * x + f(pre(x)))."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -123,6 +140,7 @@ class FeedForward(nn.Module):
         self.inp = nn.LayerNorm(cfg.width) if cfg.norm == "pre" else nn.Identity()
         self.out = nn.LayerNorm(cfg.width) if cfg.norm == "post" else nn.Identity()
         self.skip = float(cfg.skip)
+        self.scale = cfg.branch_factor
         self.f = nn.Sequential(
             _linear(cfg.width, hidden, cfg.init_std),
             nn.GELU(),
@@ -130,7 +148,7 @@ class FeedForward(nn.Module):
         )
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.out(self.skip * x + self.f(self.inp(x)))
+        return self.out(self.skip * x + self.scale * self.f(self.inp(x)))
 
 
 class Block(nn.Module):
@@ -140,11 +158,12 @@ class Block(nn.Module):
         self.attn = SelfAttention(cfg)
         self.attn_out = nn.LayerNorm(cfg.width) if cfg.norm == "post" else nn.Identity()
         self.skip = float(cfg.skip)  # 1.0 keeps the residual, 0.0 drops it
+        self.scale = cfg.branch_factor  # 1, or 1/sqrt(depth) for scaled residual branches
         self.ffn = FeedForward(cfg) if cfg.mlp else nn.Identity()
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
         h, attn = self.attn(self.attn_in(x), capture)
-        x = self.attn_out(self.skip * x + h)
+        x = self.attn_out(self.skip * x + self.scale * h)
         return self.ffn(x), attn
 
 
@@ -182,3 +201,52 @@ class Transformer(nn.Module):
 def build(variant: dict, **overrides) -> Transformer:
     """A Transformer from a variant preset (switches) plus shared options (width, depth, ...)."""
     return Transformer(ModelConfig.from_dict({**variant, **overrides}))
+
+
+class TaskModel(nn.Module):
+    """The `Transformer` stack with a task's embedding, positions and read-out around it.
+
+    inputs "features": Linear(input_dim -> d) per token (image patches); "tokens": an embedding
+    table of input_dim ids. readout "class_token": a learned token is prepended and its final
+    state is classified (ViT); "per_token": every token gets a label (sorting). A final
+    LayerNorm before the linear head, as in ViT and GPT, for every variant alike.
+    """
+
+    def __init__(self, cfg: ModelConfig, inputs: str, input_dim: int, tokens: int, classes: int,
+                 readout: str):
+        super().__init__()
+        if inputs not in ("features", "tokens"):
+            raise ValueError(f"inputs={inputs!r}: allowed values are 'features', 'tokens'")
+        if readout not in ("class_token", "per_token"):
+            raise ValueError(f"readout={readout!r}: allowed values are 'class_token', 'per_token'")
+        d = cfg.width
+        self.readout = readout
+        if inputs == "features":
+            self.embed = _linear(input_dim, d, cfg.init_std)
+        else:
+            self.embed = nn.Embedding(input_dim, d)  # entries N(0, 1): unit-scale tokens
+        n = tokens + (readout == "class_token")
+        # Small positional/class vectors (ViT's 0.02) leave the content to the embedding.
+        self.cls = nn.Parameter(0.02 * torch.randn(1, 1, d)) if readout == "class_token" else None
+        self.pos = nn.Parameter(0.02 * torch.randn(1, n, d))
+        self.stack = Transformer(cfg)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Trace | None]:
+        """x: (B, n, input_dim) floats or (B, n) ids -> logits (B, classes) for "class_token",
+        (B, n, classes) for "per_token"; plus the stack's Trace when capturing."""
+        h = self.embed(x)  # (B, n, d)
+        if self.cls is not None:
+            h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1)  # (B, n + 1, d)
+        h, trace = self.stack(h + self.pos, capture)
+        if self.readout == "class_token":
+            h = h[:, 0]  # (B, d)
+        return self.head(self.norm(h)), trace
+
+
+def build_task_model(variant: dict, task: dict, **overrides) -> TaskModel:
+    """A TaskModel from a variant preset, a task spec (tasks.TaskSpec as a dict) and options."""
+    cfg = ModelConfig.from_dict({**variant, **overrides})
+    return TaskModel(cfg, task["inputs"], task["input_dim"], task["tokens"], task["classes"],
+                     task["readout"])

@@ -37,6 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .metrics import mean_token_norm_sq  # |mean_i x_i|^2, (..., n, d) -> (...)
+
 Regime = Literal["deterministic", "stochastic"]
 HeadNorm = Literal["sum", "sqrt", "mean"]
 
@@ -123,11 +125,6 @@ def mean_pairwise_inner(X: Tensor) -> Tensor:
     total = X.sum(dim=-2).pow(2).sum(dim=-1)
     diag = X.pow(2).sum(dim=(-2, -1))
     return (total - diag) / (n * (n - 1))
-
-
-def mean_token_norm_sq(X: Tensor) -> Tensor:
-    """``|mean_i x_i|^2``. ``(..., n, d) -> (...)``. Equals 1 exactly at full collapse."""
-    return X.mean(dim=-2).pow(2).sum(dim=-1)
 
 
 STATISTICS = {"inner": mean_pairwise_inner, "mean_norm_sq": mean_token_norm_sq}

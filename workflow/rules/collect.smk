@@ -11,5 +11,7 @@ rule collect_init:
     benchmark:
         "results/benchmarks/collect/E1_init.tsv"
     threads: 1
+    conda:
+        "../../envs/environment.yaml"
     script:
         "../scripts/collect.py"

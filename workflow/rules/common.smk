@@ -2,21 +2,32 @@
 # Logic belongs in src/rankcollapse; this file stays small.
 from snakemake.utils import min_version, validate
 
-from rankcollapse.config import check_config
+from rankcollapse import homogenized
+from rankcollapse.config import check_config, check_schema, load_schema
 
 min_version("9.0")
 
-
+# Concise one-line messages first (key, problem, allowed values); then snakemake's validate(),
+# which also fills in the schema's defaults; then the cross-reference checks.
+check_schema(config, load_schema(workflow.source_path("../schemas/config.schema.yaml")))
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
 
 
 wildcard_constraints:
-    # Short names only: no '/', no '..', so no wildcard value can escape results/.
+    # Short names only (letters, digits, underscores), so no wildcard value can leave results.
     variant="[A-Za-z][A-Za-z0-9_]*",
     seed="[0-9]+",
     experiment="E[0-9]+[a-z]?",
+    study="[a-z][a-z0-9_]*",
+    point="[A-Za-z0-9_.-]+",
+    table="[a-z][a-z0-9_]*",
+    task="[a-z][a-z0-9_]*",
+    depth="[0-9]+",
+    model="[a-z]+",
 
+
+PARTICLE_TABLES = homogenized.TABLES  # E6: collected table -> the studies it concatenates
 
 # Each experiment: its notebook and the collected tables it reads. Adding an experiment means
 # adding its notebook, the rules that produce its tables and one entry here.
@@ -25,6 +36,40 @@ EXPERIMENTS = {
         "notebook": "notebooks/01_rank_collapse_init.ipynb",
         "tables": {"init": "results/tables/E1_init.parquet"},
         "settings": ["init_sweep", "fit"],
+    },
+    # E1b: real architectures (BERT, ALBERT, XLNet) at init with their path ablations.
+    "E1b": {
+        "notebook": "notebooks/02_real_architectures.ipynb",
+        "tables": {"realarch": "results/tables/E1b_realarch.parquet"},
+        "settings": ["realarch"],
+    },
+    # "derivation" is not a table but a text the notebook shows; listed here so that editing
+    # it reruns the notebook. E6 also reads E1's table (the discrete comparison).
+    "E6": {
+        "notebook": "notebooks/06_homogenized.ipynb",
+        "tables": {
+            **{name: f"results/tables/E6_{name}.parquet" for name in PARTICLE_TABLES},
+            "e1": "results/tables/E1_init.parquet",
+            "derivation": "notebooks/06_homogenized_derivation.md",
+        },
+        "settings": ["particles", "init_sweep"],
+    },
+    # E4 also reads E1's table: the same variants at init on random Gaussian sequences.
+    "E4": {
+        "notebook": "notebooks/04_similarity_escalation.ipynb",
+        "tables": {
+            "metrics": "results/tables/E4_metrics.parquet",
+            "init": "results/tables/E1_init.parquet",
+        },
+        "settings": ["escalation", "train", "tasks"],
+    },
+    "E5": {
+        "notebook": "notebooks/05_depth_enabling.ipynb",
+        "tables": {
+            "metrics": "results/tables/E5_metrics.parquet",
+            "history": "results/tables/E5_history.parquet",
+        },
+        "settings": ["depth_grid", "train", "tasks"],
     },
 }
 
@@ -38,10 +83,90 @@ def init_sweep_tables(wildcards=None):
     )
 
 
+def realarch_tables(wildcards=None):
+    """E1b's per-job tables, one per (model, seed)."""
+    settings = config["realarch"]
+    return expand(
+        "results/realarch/{model}/seed{seed}.parquet",
+        model=settings["models"],
+        seed=settings["seeds"],
+    )
+
+
 def init_sweep_params(wildcards):
     """Everything one init job needs: the variant's switches and the shared sweep settings."""
     sweep = {k: v for k, v in config["init_sweep"].items() if k not in ("variants", "seeds")}
     return {"variant": config["variants"][wildcards.variant], **sweep}
+
+
+def particle_plan():
+    """{study: {point: params}} of E6 (rankcollapse.homogenized.plan)."""
+    return homogenized.plan(config["particles"], config["init_sweep"])
+
+
+def particle_tables(wildcards):
+    """The per-point tables collected into results/tables/E6_{table}.parquet."""
+    plan = particle_plan()
+    return [
+        f"results/particles/{study}/{point}.parquet"
+        for study in PARTICLE_TABLES[wildcards.table]
+        for point in plan[study]
+    ]
+
+
+def particle_params(wildcards):
+    return particle_plan()[wildcards.study][wildcards.point]
+
+
+def train_runs(experiment):
+    """(task, variant, depth, seed) of every training job that E4 or E5 reads."""
+    if experiment == "E4":
+        e = config["escalation"]
+        return [
+            (e["task"], v, e["depth"], s) for v in e["variants"] for s in e["seeds"]
+        ]
+    g = config["depth_grid"]
+    return [
+        (t, v, d, s)
+        for t in g["tasks"]
+        for v in g["variants"]
+        for d in g["depths"]
+        for s in g["seeds"]
+    ]
+
+
+TRAIN_FILES = {
+    "history": "results/train/{}/{}/L{}/seed{}/history.parquet",
+    "metrics": "results/metrics/{}/{}/L{}/seed{}.parquet",
+    "train_benchmark": "results/benchmarks/train/{}/{}/L{}/seed{}.tsv",
+    "metrics_benchmark": "results/benchmarks/metrics/{}/{}/L{}/seed{}.tsv",
+}
+
+
+def train_tables(wildcards):
+    """The per-job tables collected into results/tables/{experiment}_{kind}.parquet."""
+    return [
+        TRAIN_FILES[wildcards.kind].format(*run)
+        for run in train_runs(wildcards.experiment)
+    ]
+
+
+def train_params(wildcards):
+    """One training job's settings: task options, switches, model and optimiser."""
+    train = config["train"]
+    model_keys = ("width", "heads", "mlp_ratio")
+    return {
+        "task": wildcards.task,
+        "task_options": config["tasks"][wildcards.task],
+        "variant": config["variants"][wildcards.variant],
+        "model_options": {
+            **{k: train[k] for k in model_keys},
+            "depth": int(wildcards.depth),
+        },
+        "train_options": {
+            k: v for k, v in train.items() if k not in (*model_keys, "eval_size", "gpu")
+        },
+    }
 
 
 def notebook_inputs(wildcards):
@@ -75,4 +200,29 @@ def benchmark_files(wildcards=None):
         seed=config["init_sweep"]["seeds"],
     )
     notebooks = expand("results/benchmarks/notebooks/{experiment}.tsv", experiment=report_experiments())
-    return init + ["results/benchmarks/collect/E1_init.tsv"] + notebooks
+    particles = []
+    if "E6" in report_experiments():
+        particles = [
+            f"results/benchmarks/particles/{study}/{point}.tsv"
+            for study, points in particle_plan().items()
+            for point in points
+        ]
+        particles += expand("results/benchmarks/collect/E6_{table}.tsv", table=PARTICLE_TABLES)
+    training = set()
+    for experiment in {"E4", "E5"} & set(report_experiments()):
+        runs = train_runs(experiment)
+        for kind in ("train_benchmark", "metrics_benchmark"):
+            training |= {TRAIN_FILES[kind].format(*run) for run in runs}
+        kinds = ["metrics", "history"] if experiment == "E5" else ["metrics"]
+        training |= {
+            f"results/benchmarks/collect/{experiment}_{kind}.tsv" for kind in kinds
+        }
+    collect = ["results/benchmarks/collect/E1_init.tsv"]
+    if "E1b" in report_experiments():
+        collect += expand(
+            "results/benchmarks/realarch/{model}/seed{seed}.tsv",
+            model=config["realarch"]["models"],
+            seed=config["realarch"]["seeds"],
+        )
+        collect.append("results/benchmarks/collect/E1b_realarch.tsv")
+    return init + collect + particles + sorted(training) + notebooks

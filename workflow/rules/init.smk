@@ -12,5 +12,7 @@ rule init_sweep:
         sweep=init_sweep_params,
         device=config["device"],
     threads: 1
+    conda:
+        "../../envs/environment.yaml"
     script:
         "../scripts/init_sweep.py"

@@ -16,5 +16,7 @@ rule notebook:
     params:
         parameters=notebook_params,
     threads: 1
+    conda:
+        "../../envs/environment.yaml"
     script:
         "../scripts/run_notebook.py"

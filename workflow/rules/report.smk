@@ -17,5 +17,7 @@ rule report:
         title=config["report"]["title"],
         config=config,
     threads: 1
+    conda:
+        "../../envs/environment.yaml"
     script:
         "../scripts/build_report.py"

@@ -10,7 +10,8 @@ sweep = snakemake.params.sweep
 seed = int(snakemake.wildcards.seed)
 runtime.setup(snakemake.threads, seed)
 device = runtime.select_device(snakemake.params.device)
-logging.info("variant=%s seed=%d device=%s settings=%s", snakemake.wildcards.variant, seed, device, sweep)
+logging.info("variant=%s seed=%d device=%s", snakemake.wildcards.variant, seed, device)
+logging.info("settings: %s", sweep)
 
 table = init_sweep(seed=seed, device=device, **sweep)
 table.insert(0, "variant", snakemake.wildcards.variant)

@@ -1,0 +1,100 @@
+"""Benchmark: the vectorised particle simulator against the per-token loop reference.
+
+Both run the same inputs (same seed, so the same weights and tokens; checked equal). Reports the
+median times (torch.utils.benchmark, after warm-up), the speed ratio (target >= 50x) and the
+simulator's achieved float64 FLOP/s as a fraction of this machine's float64 matmul rate, measured
+in the same run. Writes (merges) its entry into benchmarks/results.json.
+
+    python benchmarks/bench_particles.py [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+import torch.utils.benchmark as tb
+
+from rankcollapse import io
+from rankcollapse.particles import simulate_particles, simulate_particles_loop
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+NAME = "particles"
+# Small enough for the loop reference to finish in seconds, large enough to be compute-bound-ish.
+CASE = dict(n=16, d=16, H=4, L=8, eta=0.3, beta=1.0, runs=8, seed=0, record_every=1)
+MATMUL_N = 1024
+
+
+def layer_flops(n: int, d: int, H: int, runs: int, **_) -> float:
+    """Multiply-add FLOPs (2 per MAC) of one vectorised layer: Qx, Kx, scores, A x, V a."""
+    per_head = 2 * (2 * n * d * d + n * n * d + n * n * d + n * d * d)
+    return float(runs * H * per_head)
+
+
+def median_time(stmt, min_run_time: float) -> float:
+    timer = tb.Timer(stmt="f()", globals={"f": stmt})
+    timer.timeit(1)  # warm-up (allocator, kernels, first-call overheads)
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def matmul_rate(threads: int) -> float:
+    a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.float64)
+    b = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.float64)
+    seconds = median_time(lambda: a @ b, 1.0)
+    return 2 * MATMUL_N**3 / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    fast = simulate_particles(**CASE)
+    slow = simulate_particles_loop(**CASE)
+    max_diff = float((fast.final - slow.final).abs().max())
+    assert max_diff < 1e-12, f"vectorised and loop results differ by {max_diff}"
+
+    t_fast = median_time(lambda: simulate_particles(**CASE), 2.0)
+    t_slow = median_time(lambda: simulate_particles_loop(**CASE), 2.0)
+    peak = matmul_rate(args.threads)
+    flops = layer_flops(**CASE) * CASE["L"]
+    achieved = flops / t_fast
+    entry = {
+        "case": CASE,
+        "threads": args.threads,
+        "vectorised_median_s": t_fast,
+        "loop_median_s": t_slow,
+        "speed_ratio": t_slow / t_fast,
+        "target_ratio": 50,
+        "achieved_flops": achieved,
+        "matmul_flops_float64": peak,
+        "fraction_of_matmul": achieved / peak,
+        "max_abs_difference": max_diff,
+        "code_version": io.code_version(),
+        "torch": torch.__version__,
+        "machine": platform.processor() or platform.machine(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    rows = [
+        ("vectorised simulator", f"{t_fast * 1e3:10.2f} ms"),
+        ("per-token loop", f"{t_slow * 1e3:10.2f} ms"),
+        ("speed ratio (target >= 50)", f"{entry['speed_ratio']:10.1f} x"),
+        ("achieved float64 FLOP/s", f"{achieved / 1e9:10.3f} GFLOP/s"),
+        (f"float64 matmul {MATMUL_N}^3", f"{peak / 1e9:10.3f} GFLOP/s"),
+        ("fraction of matmul rate", f"{entry['fraction_of_matmul']:10.3%}"),
+    ]
+    print(f"particles benchmark: {CASE}, {args.threads} thread(s)")
+    for label, value in rows:
+        print(f"  {label:<30}{value}")
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[NAME] = entry
+    io.write_json(results, RESULTS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""B1: one training step of our post-LN model vs torch.nn.TransformerEncoderLayer.
+
+Same width, heads, depth, sequence length and batch; forward + backward + AdamW step on CPU,
+float32, capture off (fused attention). Target: ours >= 0.9x the reference's tokens/s.
+Also reports the cost of capture=True (materialised attention matrices) relative to capture off.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rankcollapse.model import PRESETS, build
+
+try:
+    from common import interleaved_times, record
+except ImportError:  # imported as benchmarks.bench_training
+    from .common import interleaved_times, record
+
+WIDTH, HEADS, DEPTH, TOKENS, BATCH = 128, 4, 6, 64, 32
+
+
+def reference_stack() -> nn.Module:
+    layer = nn.TransformerEncoderLayer(WIDTH, HEADS, dim_feedforward=4 * WIDTH, dropout=0.0,
+                                       activation="gelu", batch_first=True, norm_first=False)
+    return nn.TransformerEncoder(layer, DEPTH, enable_nested_tensor=False)
+
+
+def step_fn(model: nn.Module, forward, x: torch.Tensor):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = forward(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
+def run() -> dict:
+    torch.manual_seed(0)
+    x = torch.randn(BATCH, TOKENS, WIDTH)
+    ours = build(PRESETS["post_ln"], width=WIDTH, heads=HEADS, depth=DEPTH).train()
+    ref = reference_stack().train()
+    t_ours, t_ref = interleaved_times(step_fn(ours, lambda x: ours(x)[0], x),
+                                      step_fn(ref, ref, x))
+    captured = step_fn(ours, lambda x: ours(x, capture=True)[0], x)
+    t_capture, t_plain = interleaved_times(captured, step_fn(ours, lambda x: ours(x)[0], x))
+    tokens = BATCH * TOKENS
+    entry = {
+        "what": "training step (fwd+bwd+AdamW), post-LN, CPU float32",
+        "shape": {"width": WIDTH, "heads": HEADS, "depth": DEPTH, "tokens": TOKENS,
+                  "batch": BATCH},
+        "ours_tokens_per_s": tokens / t_ours,
+        "reference_tokens_per_s": tokens / t_ref,
+        "ratio": t_ref / t_ours,  # ours' throughput / reference's
+        "target": ">= 0.9",
+        "met": t_ref / t_ours >= 0.9,
+        "capture_cost": t_capture / t_plain,  # time with capture=True / without
+    }
+    return record("B1_training_step", entry)
+
+
+if __name__ == "__main__":
+    r = run()
+    print(f"B1 training step: ours {r['ours_tokens_per_s']:.0f} tok/s, reference "
+          f"{r['reference_tokens_per_s']:.0f} tok/s, ratio {r['ratio']:.2f} (target >= 0.9); "
+          f"capture=True costs {r['capture_cost']:.2f}x")

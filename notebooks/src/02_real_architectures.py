@@ -1,0 +1,259 @@
+# %% [markdown]
+# # E1b — Real architectures at initialisation (Dong, Cordonnier & Loukas 2021, Fig. 2)
+#
+# BERT-base, ALBERT-base and XLNet-base (Hugging Face `transformers`, built from their
+# configurations, random initialisation) with their paths ablated by swapping modules: **SAN**
+# (no attention skip — its LayerNorm kept — and no feed-forward block), **SAN + MLP**,
+# **SAN + skip** and the unmodified **transformer**. Every layer's output (layer 0 is the input
+# to the first layer) is measured with the relative residual in the composite ℓ1,∞ norm with
+# token-mean centring, what the paper plots. Inputs: 32 sequences of 128 random token ids per
+# seed, and — as a second input, first seed only — text that ships with scikit-learn (its data
+# sets' descriptions), split into words and punctuation.
+#
+# **Only the random-init half of the figure is reproduced**: pretrained weights cannot be fetched
+# here. The workflow accepts local checkpoint directories (`realarch.checkpoints`) for a user who
+# has them; their rows carry `weights = pretrained`.
+
+# %% tags=["parameters"]
+experiment = "E1b"
+tables = {"realarch": "results/tables/E1b_realarch.parquet"}
+settings = {"realarch": {"batch": 32, "tokens": 128}}
+figures_dir = "report/figures/E1b"
+numbers_path = "results/numbers/E1b.json"
+
+# %%
+from importlib import metadata
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from rankcollapse import io, plotting
+from rankcollapse.claims import Claim
+from rankcollapse.notebooks import section
+
+plotting.use_style()
+table = io.read_parquet(tables["realarch"])
+init = table[table.weights == "init"]
+METRIC = "relative_residual_comp"
+MODELS = [m for m in ("bert", "albert", "xlnet") if m in set(init.model)]
+NAMES = {"bert": "BERT-base", "albert": "ALBERT-base", "xlnet": "XLNet-base"}
+ABLATIONS = ["san", "san_mlp", "san_skip", "transformer"]
+LABELS = {"san": "SAN", "san_mlp": "SAN + MLP", "san_skip": "SAN + skip",
+          "transformer": "transformer", "san_skip_2021": "SAN + skip (2021 code's ablation)"}
+COLORS = {"san": plotting.variant_color("san"), "san_mlp": plotting.variant_color("san_mlp"),
+          "san_skip": plotting.variant_color("san_skip"), "transformer": "#000000",
+          "san_skip_2021": plotting.variant_color("san_skip_mlp")}
+L = int(init.layer.max())
+seeds = sorted(init.seed.unique())
+FLOOR = 1e-9  # float32 forward passes: below ~1e-7 the residual is round-off
+TRANSFORMERS = metadata.version("transformers")
+print(f"{len(table)} rows; models {MODELS}; seeds {seeds}; inputs {sorted(init.input.unique())}; "
+      f"transformers {TRANSFORMERS}")
+
+# %% [markdown]
+# ## Residual per layer
+# Solid: random token ids, mean ± std over all sequences of all seeds. Dashed: the packaged text
+# (first seed). Log scale; the float32 forward passes put a floor near 1e-7.
+
+# %%
+def curve(t):
+    g = t.groupby("layer")[METRIC]
+    return g.mean(), g.std()
+
+
+fig, axes = plt.subplots(1, len(MODELS), figsize=(4.2 * len(MODELS), 3.9), sharey=True,
+                         constrained_layout=True, squeeze=False)
+for ax, model in zip(axes[0], MODELS, strict=True):
+    m = init[init.model == model]
+    for ablation in ABLATIONS + ["san_skip_2021"]:
+        rand = m[(m.ablation == ablation) & (m.input == "random")]
+        if rand.empty:
+            continue
+        mean, std = curve(rand)
+        color = COLORS[ablation]
+        ls = ":" if ablation == "san_skip_2021" else "-"
+        ax.plot(mean.index, mean.clip(lower=FLOOR), color=color, ls=ls, lw=1.8,
+                label=LABELS[ablation], marker="o", ms=3)
+        ax.fill_between(mean.index, (mean - std).clip(lower=FLOOR), mean + std, color=color,
+                        alpha=0.18, lw=0)
+        text = m[(m.ablation == ablation) & (m.input == "text")]
+        if not text.empty and ablation != "san_skip_2021":
+            text_mean = curve(text)[0].clip(lower=FLOOR)
+            ax.plot(text_mean.index, text_mean, color=color, ls="--", lw=1.1, alpha=0.9)
+    ax.set_yscale("log")
+    ax.set_ylim(FLOOR / 2, 2)
+    ax.set_xticks(range(0, L + 1, 2))
+    ax.set_xlabel("layer")
+    ax.set_title(f"{NAMES[model]} (random init)")
+axes[0][0].set_ylabel("relative residual (composite ℓ1,∞ norm)")
+axes[0][0].plot([], [], color="grey", ls="--", label="packaged text (first seed)")
+legend = {}  # every panel's entries once (the 2021-code ablation exists for ALBERT only)
+for ax in axes[0]:
+    for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+        legend.setdefault(label, handle)
+fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncol=6, frameon=False,
+           fontsize=8)
+fig_curves = plotting.save(fig, figures_dir, "real_architectures")
+
+# %% [markdown]
+# ## Layer-12 values next to the paper's
+# The paper's values are read off its random-init curves (one seed, real text, approximate).
+
+# %%
+PAPER = {  # (model, ablation): (layer, value read off Fig. 2's init curves)
+    ("bert", "san"): (1, 0.02), ("bert", "san_skip"): (12, 0.45),
+    ("bert", "transformer"): (12, 0.35),
+    ("albert", "san"): (1, 0.0), ("albert", "san_skip"): (12, 0.26),
+    ("albert", "transformer"): (12, 0.26),
+    ("xlnet", "san"): (1, 0.0), ("xlnet", "san_skip"): (12, 0.93),
+    ("xlnet", "transformer"): (12, 0.74),
+}
+TOL = 0.10  # absolute: values read off a printed curve of one seed on different inputs
+
+# Per-seed means: the unit of uncertainty is the random network, not the sequence.
+per_seed = (init.groupby(["model", "input", "ablation", "seed", "layer"])[METRIC].mean()
+            .rename("r").reset_index())
+rng = np.random.default_rng(0)
+
+
+def estimate(model, ablation, layer, kind="random"):
+    """Mean over seeds of the per-seed mean, and a 95% bootstrap interval over seeds."""
+    v = per_seed[(per_seed.model == model) & (per_seed.ablation == ablation)
+                 & (per_seed.layer == layer) & (per_seed.input == kind)].r.to_numpy()
+    if v.size == 0:
+        return None, None
+    boot = rng.choice(v, size=(2000, v.size)).mean(axis=1)
+    return float(v.mean()), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
+
+
+def seq_stats(model, ablation, layer, kind):
+    v = init[(init.model == model) & (init.ablation == ablation) & (init.layer == layer)
+             & (init.input == kind)][METRIC]
+    return "–" if v.empty else f"{v.mean():.3g} ± {v.std():.2g}"
+
+
+rows = []
+for model in MODELS:
+    for ablation in ABLATIONS + ["san_skip_2021"]:
+        if init[(init.model == model) & (init.ablation == ablation)].empty:
+            continue
+        layer, paper = PAPER.get((model, ablation), (None, None))
+        rows.append({
+            "model": NAMES[model], "curve": LABELS[ablation],
+            "ours, layer 1 (random)": seq_stats(model, ablation, 1, "random"),
+            f"ours, layer {L} (random)": seq_stats(model, ablation, L, "random"),
+            f"ours, layer {L} (text)": seq_stats(model, ablation, L, "text"),
+            "paper (init)": "–" if paper is None else
+            (f"≈{paper:g} at layer 1, then ≈0" if layer == 1 else f"≈{paper:g} at layer {layer}"),
+        })
+values = pd.DataFrame(rows)
+table_html = values.to_html(index=False, border=0, classes="data")
+values
+
+# %% [markdown]
+# ## Claims
+# Tolerance: the paper's value ± 0.10 (absolute), since its values are read off a printed curve
+# of one seed on real text; "≈ 0" means below 0.01.
+
+# %%
+SOURCE = "Dong et al. 2021, Fig. 2 (random-init curves)"
+WHY = {  # what explains a difference, checked in this pipeline (see the summary)
+    ("albert", "san_skip"): (
+        "the 2021 code removed ALBERT's feed-forward block by setting ffn and ffn_output to "
+        "Identity, which keeps LN(gelu(a) + a) in every layer; with that ablation "
+        "(san_skip_2021) we measure {alt:.2f}, the paper's value"),
+}
+
+
+def claim(model, ablation, statement, low, high, paper_value, at=None):
+    layer = at if at is not None else L
+    m, ci = estimate(model, ablation, layer)
+    cid = f"E1b.{model}_{ablation}_layer{layer}"
+    quantity = (f"relative residual (composite) at layer {layer}, {NAMES.get(model, model)} "
+                f"{LABELS[ablation]}, random init; mean over {len(seeds)} seeds (95% bootstrap "
+                "interval over seeds)")
+    if m is None:
+        return Claim(cid, statement, SOURCE, quantity, None, None, low, high, paper_value,
+                     reason=f"{model} / {ablation} not in this run")
+    inside = low <= m <= high
+    reason = f"ours {m:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] against the paper's {paper_value}"
+    if not inside and (model, ablation) in WHY:
+        alt, _ = estimate(model, "san_skip_2021", layer)
+        reason += "; why: " + WHY[(model, ablation)].format(alt=alt if alt is not None else np.nan)
+    elif not inside:
+        reason += ("; not explained by the input (the packaged text gives "
+                   f"{seq_stats(model, ablation, layer, 'text')})")
+    return Claim(cid, statement, SOURCE, quantity, m, ci, low, high, paper_value, reason=reason)
+
+
+claims = []
+for model in MODELS:
+    name = NAMES[model]
+    claims.append(claim(
+        model, "san", f"{name}: pure attention (no skip, no MLP) collapses at initialisation "
+        "within a layer or two: the residual is ≈ 0 at the last layer.", 0.0, 0.01,
+        "≈ 0 from layer 1" if model != "bert" else "≈ 0.02 at layer 1, then ≈ 0"))
+    if model == "bert":
+        claims.append(claim(model, "san", "BERT: after one pure-attention layer the residual "
+                            "is already small (≈ 0.02).", 0.0, 0.05, "≈ 0.02", at=1))
+    for ablation in ("san_skip", "transformer"):
+        _, paper = PAPER[(model, ablation)]
+        claims.append(claim(
+            model, ablation, f"{name} {LABELS[ablation]} at initialisation keeps a residual of "
+            f"about {paper:g} at layer {L}: skips prevent the collapse.",
+            max(0.0, paper - TOL), paper + TOL, f"≈ {paper:g}"))
+if "albert" in MODELS:
+    claims.append(claim(
+        "albert", "san_skip_2021", "ALBERT SAN + skip, ablated as the original code did, keeps "
+        "a residual of about 0.26 at layer 12.", 0.16, 0.36, "≈ 0.26"))
+pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+
+# %%
+def at_last(model, ablation):
+    m, _ = estimate(model, ablation, L)
+    return m
+
+
+summary_parts = []
+for model in MODELS:
+    s, k, t = (at_last(model, a) for a in ("san", "san_skip", "transformer"))
+    summary_parts.append(f"{NAMES[model]}: SAN {s:.1e}, SAN + skip {k:.2f}, transformer {t:.2f}")
+verdicts = {c.id: c.verdict for c in claims}
+held = [c for c in claims if c.verdict == "reproduced"]
+shape = settings["realarch"]
+summary_text = (
+    f"At random initialisation (transformers {TRANSFORMERS}, {len(seeds)} seeds, "
+    f"{shape['batch']} × {shape['tokens']} random token ids) the layer-{L} residuals are — "
+    + "; ".join(summary_parts) + f". {len(held)} of {len(claims)} claims reproduced. Pure "
+    "attention (with or without MLPs) collapses to float32 round-off within one or two layers "
+    "in every model; skip connections prevent it."
+    + (" ALBERT's SAN + skip decays further than in the paper because the original code removed "
+       "ALBERT's feed-forward block by setting its two linear maps to Identity, leaving "
+       "LN(gelu(a) + a) in every layer; ablated that way our ALBERT matches the paper."
+       if verdicts.get("E1b.albert_san_skip_2021_layer12") == "reproduced"
+       and verdicts.get(f"E1b.albert_san_skip_layer{L}") != "reproduced" else "")
+    + " Dashed curves: the packaged text (scikit-learn's data set descriptions). Only the "
+    "random-init half of Fig. 2 is reproduced: no pretrained weights are available here."
+)
+print(summary_text)
+io.write_json(section(
+    experiment, "Real architectures at initialisation", "Dong, Cordonnier & Loukas (ICML 2021)",
+    summary_text,
+    figures=[{"name": "real_architectures", **fig_curves, "caption":
+              "Relative residual (composite ℓ1,∞ norm, token-mean centring) of every layer of "
+              "BERT-base, ALBERT-base and XLNet-base at random initialisation, for the four "
+              "path ablations: mean ± std over 32 random-token sequences and all seeds (solid), "
+              "the packaged text (dashed, first seed) and, for ALBERT, SAN + skip ablated as in "
+              "the original code (dotted). Log scale; compare the paper's Fig. 2, init half."}],
+    tables=[{"caption": "Our residuals (mean ± std over sequences and seeds) next to the "
+             "paper's, read off its random-init curves.", "html": table_html}],
+    claims=claims,
+    numbers={
+        "transformers_version": TRANSFORMERS, "seeds": len(seeds), "depth": L,
+        "layer_last": {f"{m}/{a}": at_last(m, a) for m in MODELS
+                       for a in ABLATIONS + ["san_skip_2021"]
+                       if not init[(init.model == m) & (init.ablation == a)].empty},
+        "pretrained_rows": int((table.weights == "pretrained").sum()),
+    },
+), numbers_path)

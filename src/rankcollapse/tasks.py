@@ -1,0 +1,101 @@
+"""Training tasks: seeded, offline, with fixed train/test splits.
+
+Every task is a `TaskData`: input tensors, integer labels and what the model around the
+transformer stack needs to know (`TaskSpec`: how inputs are embedded, how many tokens, how many
+classes, whether one label per sequence or one per token). The split is fixed by the task's own
+`data_seed`, never by the training seed, so every model of a grid sees the same examples.
+
+Adding a task (memorisation, convex hull, ...) means one function `name(**options) -> TaskData`
+and one line in `TASKS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+Inputs = Literal["features", "tokens"]  # continuous vectors (Linear embedding) or integer ids
+Readout = Literal["class_token", "per_token"]  # one label per sequence, or one per token
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a task model must be built for; saved with every checkpoint."""
+
+    name: str
+    inputs: Inputs
+    input_dim: int  # features per token ("features") or vocabulary size ("tokens")
+    tokens: int  # sequence length n of the input (without a class token)
+    classes: int  # output classes per label
+    readout: Readout
+
+    @property
+    def chance(self) -> float:
+        """Accuracy of guessing uniformly."""
+        return 1.0 / self.classes
+
+
+@dataclass(frozen=True)
+class TaskData:
+    spec: TaskSpec
+    x_train: Tensor  # (N, n, input_dim) float32 or (N, n) int64
+    y_train: Tensor  # (N,) or (N, n) int64
+    x_test: Tensor
+    y_test: Tensor
+
+
+def _split(n: int, test_fraction: float, data_seed: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.random.default_rng(data_seed).permutation(n)
+    n_test = max(1, round(test_fraction * n))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def digits(patch: int = 2, test_fraction: float = 0.2, data_seed: int = 0) -> TaskData:
+    """scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes, no download).
+
+    Each image is cut into (8/patch)^2 non-overlapping patch x patch squares, read row by row;
+    each square's pixels (scaled to [0, 1]) are one token, as in a ViT. A class token is added
+    by the model. Returns a fixed split drawn with `data_seed`.
+    """
+    from sklearn.datasets import load_digits
+
+    if 8 % patch:
+        raise ValueError(f"digits.patch={patch}: must divide 8 (allowed: 1, 2, 4, 8)")
+    bunch = load_digits()
+    images = torch.tensor(bunch.images, dtype=torch.float32) / 16.0  # (N, 8, 8)
+    side = 8 // patch
+    # (N, side, patch, side, patch) -> (N, side, side, patch, patch) -> (N, side^2, patch^2)
+    x = images.view(-1, side, patch, side, patch).permute(0, 1, 3, 2, 4).reshape(
+        -1, side * side, patch * patch)
+    y = torch.tensor(bunch.target, dtype=torch.int64)
+    train, test = _split(len(y), test_fraction, data_seed)
+    spec = TaskSpec("digits", "features", patch * patch, side * side, 10, "class_token")
+    return TaskData(spec, x[train], y[train], x[test], y[test])
+
+
+def sorting(vocab: int = 10, length: int = 8, train_size: int = 8000, test_size: int = 1000,
+            data_seed: int = 0) -> TaskData:
+    """Sort a sequence of `length` integers in [0, vocab): the label of token i is the i-th
+    smallest input. One label per token; chance accuracy 1/vocab (Dong et al.'s setting:
+    vocab 10, length 8). Train and test sequences are drawn once from `data_seed`.
+    """
+    gen = torch.Generator().manual_seed(data_seed)
+    x = torch.randint(0, vocab, (train_size + test_size, length), generator=gen)
+    y = x.sort(dim=-1).values
+    spec = TaskSpec("sorting", "tokens", vocab, length, vocab, "per_token")
+    return TaskData(spec, x[:train_size], y[:train_size], x[train_size:], y[train_size:])
+
+
+TASKS: dict[str, Callable[..., TaskData]] = {"digits": digits, "sorting": sorting}
+
+
+def make_task(name: str, **options) -> TaskData:
+    """The task `name` built with `options` (the config's `tasks.<name>` block)."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; allowed: {sorted(TASKS)}")
+    return TASKS[name](**options)

@@ -1,0 +1,281 @@
+"""Training: a plain loop with checkpoint/resume, divergence detection and a history table.
+
+    model = new_model(data.spec, variant, model_options, seed)
+    result = train(model, data, TrainConfig(...), seed, checkpoint="ckpt.pt")
+
+AdamW, linear warm-up then cosine decay, gradient-norm clipping; batches drawn by a generator
+seeded from `seed`. Every `checkpoint_every` steps the model, optimiser, scheduler, history and
+all RNG states are written atomically; a restarted job resumes from there and, on the same
+device and thread count, ends bit-identical to an uninterrupted run. A non-finite loss or
+gradient norm stops training and is recorded as `diverged` with its step: a result, not a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import io, runtime
+from .metrics import layer_metrics
+from .model import TaskModel, build_task_model
+from .tasks import TaskData, TaskSpec, make_task
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 400  # optimiser steps
+    batch: int = 64  # examples per step, drawn with replacement from the training set
+    lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
+    weight_decay: float = 0.01  # AdamW's decoupled weight decay
+    warmup: int = 40  # linear warm-up steps; then cosine decay to 0 at `steps`
+    clip: float = 1.0  # max global gradient norm
+    checkpoint_every: int = 100  # steps between checkpoints (0: never)
+    eval_every: int = 100  # steps between test-set evaluations (the last step always)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise KeyError(f"unknown training option(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**values)
+
+
+@dataclass
+class TrainResult:
+    history: pd.DataFrame  # one row per step: step, loss, lr, grad_norm, test_loss, test_accuracy
+    diverged: bool
+    diverged_step: int | None  # the step whose loss or gradient was not finite
+    test_loss: float  # final, NaN when diverged
+    test_accuracy: float
+
+
+def new_model(spec: TaskSpec, variant: dict, model_options: dict, seed: int) -> TaskModel:
+    """The task model whose initial weights are fixed by `seed` (training and metrics agree)."""
+    torch.manual_seed(seed)
+    return build_task_model(variant, asdict(spec), **model_options)
+
+
+def schedule(cfg: TrainConfig):
+    """Learning-rate factor of step s: linear warm-up to 1, then cosine decay to 0."""
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+def loss_and_correct(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean cross-entropy and number of correct labels; logits (..., C), y (...)."""
+    logits, y = logits.reshape(-1, logits.shape[-1]), y.reshape(-1)
+    return F.cross_entropy(logits, y), (logits.argmax(-1) == y).sum()
+
+
+@torch.no_grad()
+def evaluate(model: TaskModel, x: Tensor, y: Tensor, batch: int = 512) -> tuple[float, float]:
+    """(mean loss, accuracy over labels) on (x, y), fused attention, in eval mode."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total_loss, correct, labels = 0.0, 0, 0
+    for i in range(0, len(y), batch):
+        xb, yb = x[i:i + batch].to(device), y[i:i + batch].to(device)
+        logits, _ = model(xb)
+        loss, right = loss_and_correct(logits, yb)
+        total_loss += float(loss) * yb.numel()
+        correct += int(right)
+        labels += yb.numel()
+    model.train(was_training)
+    return total_loss / labels, correct / labels
+
+
+def _rng_states(gen: torch.Generator) -> dict:
+    # NumPy's legacy global state is what runtime.setup seeds; saved so that any use resumes.
+    states = {"batches": gen.get_state(), "torch": torch.get_rng_state(),
+              "numpy": np.random.get_state(), "python": random.getstate()}  # noqa: NPY002
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_rng_states(gen: torch.Generator, states: dict) -> None:
+    gen.set_state(states["batches"])
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])  # noqa: NPY002
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
+          checkpoint: str | Path | None = None, fingerprint: str = "") -> TrainResult:
+    """Train `model` on `data`; resume from `checkpoint` when it exists and its fingerprint
+    matches (a checkpoint of other settings is ignored and overwritten)."""
+    device = next(model.parameters()).device
+    optimiser = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, schedule(cfg))
+    gen = torch.Generator().manual_seed(seed)  # batch order; kept on the CPU for every device
+    x_train, y_train = data.x_train.to(device), data.y_train.to(device)
+    rows: list[dict] = []
+    start, diverged_step = 0, None
+
+    if checkpoint is not None and Path(checkpoint).exists():
+        state = torch.load(checkpoint, map_location=device, weights_only=False)
+        if state["fingerprint"] == fingerprint:
+            model.load_state_dict(state["model"])
+            optimiser.load_state_dict(state["optimiser"])
+            scheduler.load_state_dict(state["scheduler"])
+            _set_rng_states(gen, state["rng"])
+            rows, start = state["history"], state["step"]
+            log.info("resumed from %s at step %d", checkpoint, start)
+        else:
+            log.warning("ignoring %s: it was written with other settings", checkpoint)
+
+    model.train()
+    for step in range(start, cfg.steps):
+        idx = torch.randint(len(y_train), (cfg.batch,), generator=gen).to(device)
+        logits, _ = model(x_train[idx])  # fused attention: nothing captured
+        loss, _ = loss_and_correct(logits, y_train[idx])
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        row = {"step": step + 1, "loss": float(loss.detach()), "lr": scheduler.get_last_lr()[0],
+               "grad_norm": float(grad_norm), "test_loss": math.nan, "test_accuracy": math.nan}
+        if not (math.isfinite(row["loss"]) and math.isfinite(row["grad_norm"])):
+            diverged_step = step + 1
+            rows.append(row)
+            log.warning("diverged at step %d (loss %s, grad norm %s)", diverged_step,
+                        row["loss"], row["grad_norm"])
+            break
+        optimiser.step()
+        scheduler.step()
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            row["test_loss"], row["test_accuracy"] = evaluate(model, data.x_test, data.y_test)
+            log.info("step %d loss %.4f test loss %.4f test accuracy %.4f", step + 1,
+                     row["loss"], row["test_loss"], row["test_accuracy"])
+        rows.append(row)
+        every = cfg.checkpoint_every
+        if checkpoint is not None and every and (step + 1) % every == 0:
+            state = {"fingerprint": fingerprint, "step": step + 1, "history": rows,
+                     "model": model.state_dict(), "optimiser": optimiser.state_dict(),
+                     "scheduler": scheduler.state_dict(), "rng": _rng_states(gen)}
+            io.atomic_write(checkpoint, lambda tmp, state=state: torch.save(state, tmp))
+
+    history = pd.DataFrame(rows, columns=["step", "loss", "lr", "grad_norm", "test_loss",
+                                          "test_accuracy"])
+    if diverged_step is not None:
+        return TrainResult(history, True, diverged_step, math.nan, math.nan)
+    last = history.iloc[-1]
+    return TrainResult(history, False, None, float(last.test_loss), float(last.test_accuracy))
+
+
+def run_job(task: str, task_options: dict, variant: dict, model_options: dict,
+            train_options: dict, seed: int, model_path: str | Path, history_path: str | Path,
+            device: str = "cpu", threads: int = 1,
+            extra_columns: dict | None = None) -> TrainResult:
+    """One training job of the workflow: build, train (resuming from the checkpoint beside
+    model_path), write model_path (weights + everything needed to rebuild the model) and
+    history_path (the history with the run's identity columns), then drop the checkpoint."""
+    runtime.setup(threads, seed)
+    dev = runtime.job_device(device)
+    data = make_task(task, **task_options)
+    cfg = TrainConfig.from_dict(train_options)
+    model = new_model(data.spec, variant, model_options, seed).to(dev)
+    settings = {"task": task, "task_options": task_options, "variant": variant,
+                "model_options": model_options, "train": asdict(cfg), "seed": seed}
+    fingerprint = io.config_hash(settings)
+    checkpoint = Path(model_path).with_name("checkpoint.pt")
+    log.info("training %s on %s (%d threads), fingerprint %s", settings, dev,
+             torch.get_num_threads(), fingerprint)
+
+    result = train(model, data, cfg, seed, checkpoint, fingerprint)
+
+    history = result.history.assign(diverged=result.diverged,
+                                     diverged_step=result.diverged_step or 0)
+    for key, value in {**(extra_columns or {}), "seed": seed}.items():
+        history[key] = value
+    history["config_hash"] = fingerprint
+    history["code_version"] = io.code_version()
+    final = {"diverged": result.diverged, "diverged_step": result.diverged_step,
+             "test_loss": result.test_loss, "test_accuracy": result.test_accuracy}
+    saved = {"model": {k: v.cpu() for k, v in model.state_dict().items()},
+             "settings": settings, "spec": asdict(data.spec), "final": final,
+             "fingerprint": fingerprint}
+    io.atomic_write(model_path, lambda tmp: torch.save(saved, tmp))
+    io.write_parquet(history, history_path)
+    checkpoint.unlink(missing_ok=True)
+    log.info("final %s", final)
+    return result
+
+
+@torch.no_grad()
+def layer_table(model: TaskModel, x: Tensor) -> pd.DataFrame:
+    """Per-layer metrics of one captured pass on x: a row per (sample, layer), layer 0 being
+    the embedded input; columns of `metrics.layer_metrics` (attention |lambda_2| per layer)."""
+    model.eval()
+    x = x.to(next(model.parameters()).device)
+    _, trace = model(x, capture=True)
+    frames = []
+    for layer, hidden in enumerate(trace.hidden):
+        attn = trace.attention[layer - 1] if layer > 0 else None
+        values = {k: v.double().cpu().numpy() for k, v in layer_metrics(hidden, attn).items()}
+        frames.append(pd.DataFrame({"sample": range(len(x)), "layer": layer, **values}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def measure_job(model_path: str | Path, eval_size: int, device: str = "cpu",
+                threads: int = 1) -> pd.DataFrame:
+    """Per-layer metrics of a trained model and of the same model at initialisation (rebuilt
+    from its seed) on the first `eval_size` test examples, with final test loss/accuracy.
+
+    Returns rows (stage in {init, trained}, sample, layer, metrics..., test_loss,
+    test_accuracy, diverged, diverged_step). A diverged model has non-finite weights: its
+    trained rows carry NaN metrics.
+    """
+    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    settings = saved["settings"]
+    runtime.setup(threads, settings["seed"])
+    dev = runtime.job_device(device)
+    data = make_task(settings["task"], **settings["task_options"])
+    x_eval = data.x_test[:eval_size]
+    init = new_model(data.spec, settings["variant"], settings["model_options"], settings["seed"])
+    init_loss, init_acc = evaluate(init.to(dev), data.x_test, data.y_test)
+    frames = [layer_table(init, x_eval).assign(stage="init", test_loss=init_loss,
+                                               test_accuracy=init_acc)]
+    final = saved["final"]
+    trained = new_model(data.spec, settings["variant"], settings["model_options"],
+                        settings["seed"])
+    trained.load_state_dict(saved["model"])
+    finite = all(torch.isfinite(p).all() for p in trained.parameters())
+    if final["diverged"] or not finite:
+        table = frames[0].assign(stage="trained")
+        metric_cols = [c for c in table.columns if c not in ("sample", "layer", "stage")]
+        table[metric_cols] = math.nan
+        frames.append(table)
+    else:
+        loss, acc = evaluate(trained.to(dev), data.x_test, data.y_test)
+        frames.append(layer_table(trained, x_eval).assign(stage="trained", test_loss=loss,
+                                                          test_accuracy=acc))
+    table = pd.concat(frames, ignore_index=True)
+    table["diverged"] = bool(final["diverged"])
+    table["diverged_step"] = int(final["diverged_step"] or 0)
+    table["depth"] = int(settings["model_options"]["depth"])
+    table["seed"] = int(settings["seed"])
+    table["chance"] = data.spec.chance
+    table["config_hash"] = saved["fingerprint"]
+    table["code_version"] = io.code_version()
+    return table

@@ -1,0 +1,240 @@
+"""Training machinery (tasks, task models, train loop, resume, divergence) and its workflow."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import run_snakemake
+
+from rankcollapse.config import ConfigError, check_config
+from rankcollapse.model import PRESETS, TaskModel
+from rankcollapse.tasks import TASKS, make_task
+from rankcollapse.train import measure_job, new_model, run_job
+from rankcollapse.trained import escalation_fits, line_fit
+
+VARIANTS = ["post_ln", "pre_ln", "post_ln_deesc", "san_skip"]
+MODEL = {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 3}
+TRAIN = {"steps": 120, "batch": 32, "lr": 2e-3, "warmup": 10, "checkpoint_every": 20,
+         "eval_every": 50}
+
+
+# --- tasks -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_tasks_are_deterministic_with_fixed_disjoint_splits(name):
+    a, b = make_task(name), make_task(name)
+    for field in ("x_train", "y_train", "x_test", "y_test"):
+        assert torch.equal(getattr(a, field), getattr(b, field)), field
+    other = make_task(name, data_seed=1)
+    assert not torch.equal(a.y_test, other.y_test), "data_seed must change the split"
+    # No test example also sits in the training set (digits: distinct images; sorting: rows
+    # may repeat by chance, so compare the split sizes instead).
+    assert len(a.y_train) > len(a.y_test) > 0
+    if name == "digits":
+        train_rows = {tuple(r) for r in a.x_train.flatten(1).tolist()}
+        overlap = sum(tuple(r) in train_rows for r in a.x_test.flatten(1).tolist())
+        assert overlap <= 2  # the 1797 digits contain a couple of exact duplicates at most
+
+
+def test_digits_patches_rebuild_the_images():
+    from sklearn.datasets import load_digits
+
+    data = make_task("digits", patch=2)
+    assert data.spec.tokens == 16 and data.spec.input_dim == 4 and data.spec.classes == 10
+    images = torch.tensor(load_digits().images, dtype=torch.float32) / 16
+    # Token 5 is patch row 1, column 1: pixels [2:4, 2:4].
+    first = data.x_train[0].view(4, 4, 2, 2)
+    match = (images[:, 2:4, 2:4].flatten(1) == first[1, 1].flatten()).all(dim=1)
+    assert match.any()
+
+
+def test_sorting_labels_are_the_sorted_inputs():
+    data = make_task("sorting", vocab=7, length=5, train_size=50, test_size=10)
+    assert torch.equal(data.y_train, data.x_train.sort(dim=-1).values)
+    assert data.x_train.max() < 7 and data.spec.chance == pytest.approx(1 / 7)
+
+
+def test_unknown_task_fails_with_the_allowed_names():
+    with pytest.raises(KeyError, match="allowed"):
+        make_task("cifar")
+
+
+# --- task models ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_task_model_shapes_and_capture(name, variant):
+    data = make_task(name, **({"train_size": 64, "test_size": 8} if name == "sorting" else {}))
+    model = new_model(data.spec, PRESETS[variant], MODEL, seed=0)
+    assert isinstance(model, TaskModel)
+    x = data.x_test[:5]
+    logits, trace = model(x, capture=True)
+    tokens = data.spec.tokens + (data.spec.readout == "class_token")
+    expected = (5, 10) if data.spec.readout == "class_token" else (5, data.spec.tokens, 10)
+    assert logits.shape == expected
+    assert len(trace.hidden) == MODEL["depth"] + 1 and len(trace.attention) == MODEL["depth"]
+    assert trace.hidden[-1].shape == (5, tokens, MODEL["width"])
+    assert trace.attention[0].shape == (5, MODEL["heads"], tokens, tokens)
+    fused, _ = model(x)  # the training path: fused attention, nothing captured
+    torch.testing.assert_close(fused, logits, rtol=1e-4, atol=1e-5)
+
+
+def test_same_seed_same_initial_model():
+    data = make_task("digits")
+    a = new_model(data.spec, PRESETS["post_ln"], MODEL, seed=3).state_dict()
+    b = new_model(data.spec, PRESETS["post_ln"], MODEL, seed=3).state_dict()
+    c = new_model(data.spec, PRESETS["post_ln"], MODEL, seed=4).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+# --- resume after SIGKILL -------------------------------------------------------------------
+
+def _job_command(out: Path) -> list[str]:
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+        "from rankcollapse.train import run_job\n"
+        f"run_job('digits', {{}}, {PRESETS['pre_ln']!r}, {MODEL!r}, {TRAIN!r}, 0,"
+        f" {str(out / 'model.pt')!r}, {str(out / 'history.parquet')!r}, threads=1)\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def _wait(proc: subprocess.Popen, timeout: float = 120) -> str:
+    _, err = proc.communicate(timeout=timeout)
+    return err
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
+    killed, reference = tmp_path / "killed", tmp_path / "reference"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ref = subprocess.Popen(_job_command(reference), stderr=subprocess.PIPE, text=True, env=env)
+    job = subprocess.Popen(_job_command(killed), stderr=subprocess.PIPE, text=True, env=env)
+    checkpoint = killed / "checkpoint.pt"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    job.send_signal(signal.SIGKILL)
+    _wait(job)
+    assert job.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+    assert checkpoint.exists() and not (killed / "model.pt").exists()
+    step = torch.load(checkpoint, weights_only=False)["step"]
+    assert 0 < step < TRAIN["steps"]
+
+    resumed = subprocess.run(_job_command(killed), stderr=subprocess.PIPE, text=True, env=env,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {step}" in resumed.stderr and "resumed from" in resumed.stderr
+    assert _wait(ref) is not None and ref.returncode == 0
+    assert not checkpoint.exists(), "the checkpoint is dropped once the outputs are written"
+
+    h_killed = pd.read_parquet(killed / "history.parquet")
+    h_ref = pd.read_parquet(reference / "history.parquet")
+    assert list(h_killed.step) == list(range(1, TRAIN["steps"] + 1))
+    pd.testing.assert_frame_equal(h_killed, h_ref, check_exact=True)
+    a = torch.load(killed / "model.pt", weights_only=False)
+    b = torch.load(reference / "model.pt", weights_only=False)
+    assert a["final"] == b["final"] and a["final"]["test_accuracy"] > 0.3  # chance is 0.1
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+
+
+# --- divergence -----------------------------------------------------------------------------
+
+def test_divergence_is_recorded_and_outputs_are_written(tmp_path):
+    threads = torch.get_num_threads()
+    try:
+        result = run_job("digits", {}, PRESETS["post_ln"], MODEL,
+                         {**TRAIN, "steps": 60, "lr": 1e12, "warmup": 1}, 0,
+                         tmp_path / "model.pt", tmp_path / "history.parquet", threads=1)
+        table = measure_job(tmp_path / "model.pt", eval_size=4, threads=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert result.diverged and 1 < result.diverged_step <= 60
+    assert math.isnan(result.test_accuracy)
+    history = pd.read_parquet(tmp_path / "history.parquet")
+    assert history.diverged.all() and (history.diverged_step == result.diverged_step).all()
+    assert history.step.max() == result.diverged_step
+    assert not np.isfinite(history.loss.iloc[-1]) or not np.isfinite(history.grad_norm.iloc[-1])
+    trained = table[table.stage == "trained"]
+    assert trained.diverged.all() and trained.token_similarity.isna().all()
+    assert table[table.stage == "init"].token_similarity.notna().all()
+
+
+# --- analysis -------------------------------------------------------------------------------
+
+def test_escalation_fits_tell_the_two_readings_apart():
+    layers = np.arange(12)
+    geometric = pd.DataFrame({"seed": 0, "layer": layers,
+                              "token_similarity": 1 - 0.5 * 0.8**layers})
+    linear = pd.DataFrame({"seed": 0, "layer": layers, "token_similarity": 0.05 + 0.07 * layers})
+    g, lin = escalation_fits(geometric), escalation_fits(linear)
+    assert g["rho"] == pytest.approx(0.8) and g["log_r2"] == pytest.approx(1.0)
+    assert g["lin_r2"] < 0.95
+    assert lin["lin_slope"] == pytest.approx(0.07) and lin["lin_r2"] == pytest.approx(1.0)
+    assert lin["log_r2"] < 0.99
+    assert math.isnan(line_fit(np.ones(5), np.arange(5))[0])
+
+
+# --- config and workflow --------------------------------------------------------------------
+
+def _config(**blocks):
+    base = {"variants": {"post_ln": PRESETS["post_ln"]}, "init_sweep": {"variants": ["post_ln"]}}
+    return {**base, **blocks}
+
+
+@pytest.mark.parametrize(("blocks", "message"), [
+    ({"depth_grid": {"variants": ["post_lnn"]}}, "depth_grid.variants: variant 'post_lnn'"),
+    ({"escalation": {"variants": ["x"], "task": "digits"}}, "escalation.variants: variant 'x'"),
+    ({"depth_grid": {"tasks": ["cifar"]}}, "depth_grid.tasks: unknown task 'cifar'; allowed"),
+    ({"escalation": {"task": "imagenet"}}, "escalation.task: unknown task 'imagenet'"),
+    ({"train": {"width": 30, "heads": 4}}, "train.width=30 is not divisible"),
+])
+def test_config_cross_references_name_the_key(blocks, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        check_config(_config(**blocks))
+    check_config(_config())  # the base is valid
+
+
+@pytest.mark.workflow
+def test_dry_run_includes_the_training_jobs(project):
+    targets = ["results/numbers/E4.json", "results/numbers/E5.json"]
+    proc = run_snakemake(project, *targets, "-n", "--cores", "1", "--quiet", "rules",
+                         "--configfile", "workflow/config/ci.yaml", timeout=300)
+    counts = dict(line.split() for line in proc.stdout.splitlines()
+                  if len(line.split()) == 2 and line.split()[1].isdigit())
+    ci = __import__("yaml").safe_load((project / "workflow/config/ci.yaml").read_text())
+    grid, esc = ci["depth_grid"], ci["escalation"]
+    jobs = {(t, v, d, s) for t in grid["tasks"] for v in grid["variants"] for d in grid["depths"]
+            for s in grid["seeds"]}
+    jobs |= {(esc["task"], v, esc["depth"], s) for v in esc["variants"] for s in esc["seeds"]}
+    assert int(counts["train"]) == len(jobs), proc.stdout[-3000:]
+    assert int(counts["train_metrics"]) == len(jobs)
+    assert int(counts["collect_train"]) == 3  # E4_metrics, E5_metrics, E5_history
+
+
+def test_gpu_slots_are_exclusive_per_job(tmp_path, monkeypatch):
+    from rankcollapse import runtime
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    held = list(runtime._HELD_GPU_LOCKS)
+    try:
+        assert runtime.claim_gpu(tmp_path) == 0
+        assert runtime.claim_gpu(tmp_path) == 1  # slot 0 is held: the next job gets GPU 1
+        with pytest.raises(TimeoutError, match="busy"):
+            runtime.claim_gpu(tmp_path, poll_s=0.01, timeout_s=0.05)
+        runtime._HELD_GPU_LOCKS.pop().close()  # a job ends: its slot is free again
+        assert runtime.claim_gpu(tmp_path) == 1
+    finally:
+        for handle in runtime._HELD_GPU_LOCKS[len(held):]:
+            handle.close()
+        runtime._HELD_GPU_LOCKS[:] = held

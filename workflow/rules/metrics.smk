@@ -1,0 +1,40 @@
+# Per-layer metrics of trained networks (and of the same networks at init) on a fixed test
+# batch, plus final test loss/accuracy; then one table per experiment.
+
+
+rule train_metrics:
+    input:
+        model="results/train/{task}/{variant}/L{depth}/seed{seed}/model.pt",
+    output:
+        "results/metrics/{task}/{variant}/L{depth}/seed{seed}.parquet",
+    log:
+        "results/logs/metrics/{task}/{variant}/L{depth}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/metrics/{task}/{variant}/L{depth}/seed{seed}.tsv"
+    params:
+        eval_size=config["train"]["eval_size"],
+        device=config["device"],
+    threads: 1
+    conda:
+        "../../envs/environment.yaml"
+    script:
+        "../scripts/train_metrics.py"
+
+
+rule collect_train:
+    input:
+        train_tables,
+    output:
+        "results/tables/{experiment}_{kind}.parquet",
+    log:
+        "results/logs/collect/{experiment}_{kind}.log",
+    benchmark:
+        "results/benchmarks/collect/{experiment}_{kind}.tsv"
+    wildcard_constraints:
+        experiment="E4|E5",
+        kind="metrics|history",
+    threads: 1
+    conda:
+        "../../envs/environment.yaml"
+    script:
+        "../scripts/collect.py"

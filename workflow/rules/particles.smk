@@ -1,0 +1,30 @@
+# E6: random multi-head attention on the sphere [KGR26]. One job per parameter point of a study
+# (rankcollapse.homogenized.plan), then one collected table per group of studies.
+
+
+rule particles:
+    output:
+        "results/particles/{study}/{point}.parquet",
+    log:
+        "results/logs/particles/{study}/{point}.log",
+    benchmark:
+        "results/benchmarks/particles/{study}/{point}.tsv"
+    params:
+        point=particle_params,
+    threads: 1
+    script:
+        "../scripts/particles.py"
+
+
+rule collect_particles:
+    input:
+        particle_tables,
+    output:
+        "results/tables/E6_{table}.parquet",
+    log:
+        "results/logs/collect/E6_{table}.log",
+    benchmark:
+        "results/benchmarks/collect/E6_{table}.tsv"
+    threads: 1
+    script:
+        "../scripts/collect.py"

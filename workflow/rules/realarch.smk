@@ -1,0 +1,34 @@
+# E1b: BERT, ALBERT and XLNet at random initialisation with their path ablations (Dong et al.,
+# Fig. 2); one job per (model, seed), every ablation and layer from captured forward passes.
+
+
+rule realarch:
+    output:
+        "results/realarch/{model}/seed{seed}.parquet",
+    log:
+        "results/logs/realarch/{model}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/realarch/{model}/seed{seed}.tsv"
+    params:
+        settings=config["realarch"],
+    threads: 1
+    conda:
+        "../../envs/environment.yaml"
+    script:
+        "../scripts/realarch.py"
+
+
+rule collect_realarch:
+    input:
+        realarch_tables,
+    output:
+        "results/tables/E1b_realarch.parquet",
+    log:
+        "results/logs/collect/E1b_realarch.log",
+    benchmark:
+        "results/benchmarks/collect/E1b_realarch.tsv"
+    threads: 1
+    conda:
+        "../../envs/environment.yaml"
+    script:
+        "../scripts/collect.py"

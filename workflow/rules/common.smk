@@ -39,7 +39,7 @@ EXPERIMENTS = {
     },
     # E1b: real architectures (BERT, ALBERT, XLNet) at init with their path ablations.
     "E1b": {
-        "notebook": "notebooks/02_real_architectures.ipynb",
+        "notebook": "notebooks/01b_real_architectures.ipynb",
         "tables": {"realarch": "results/tables/E1b_realarch.parquet"},
         "settings": ["realarch"],
     },

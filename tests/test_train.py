@@ -80,7 +80,9 @@ def test_task_model_shapes_and_capture(name, variant):
     x = data.x_test[:5]
     logits, trace = model(x, capture=True)
     tokens = data.spec.tokens + (data.spec.readout == "class_token")
-    expected = (5, 10) if data.spec.readout == "class_token" else (5, data.spec.tokens, 10)
+    classes = data.spec.classes
+    per_token = data.spec.readout == "per_token"
+    expected = (5, data.spec.tokens, classes) if per_token else (5, classes)
     assert logits.shape == expected
     assert len(trace.hidden) == MODEL["depth"] + 1 and len(trace.attention) == MODEL["depth"]
     assert trace.hidden[-1].shape == (5, tokens, MODEL["width"])

@@ -68,6 +68,46 @@ fig.suptitle(f"Residual of random-init networks (width {sweep['width']}, {sweep[
 fig_residual = plotting.save(fig, figures_dir, "residual_vs_depth")
 
 # %% [markdown]
+# ## Trained against random init
+# When the training grid (E5) is part of the run, its per-layer metrics of the trained networks
+# (digits, the deepest depth of the grid) are drawn next to the same networks at their
+# initialisation and to this sweep's random-init curves of the same variants (random Gaussian
+# inputs). Median over test images and seeds; Frobenius relative residual.
+
+# %%
+trained_figures = []
+if "trained" in tables:
+    grid = io.read_parquet(tables["trained"])
+    grid = grid[grid.depth == grid.depth.max()]
+    shared = list(dict.fromkeys(grid.variant))
+    fig, ax = plt.subplots(figsize=(8.5, 4.2), constrained_layout=True)
+    for variant in shared:
+        color, label = plotting.variant_color(variant), plotting.variant_label(variant)
+        for stage, ls in (("trained", "-"), ("init", "--")):
+            t = grid[(grid.variant == variant) & (grid.stage == stage)]
+            med = t.groupby("layer").relative_residual.median()
+            ax.plot(med.index, med.values, ls, color=color, lw=1.6,
+                    label=f"{label}: {stage} (digits)")
+        if variant in variants:
+            t = table[(table.variant == variant) & (table.layer <= grid.depth.max())]
+            med = t.groupby("layer").relative_residual.median()
+            ax.plot(med.index, med.values, ":", color=color, lw=1.2,
+                    label=f"{label}: init (Gaussian inputs, E1)")
+    ax.set_xlabel("layer l")
+    ax.set_ylabel("relative residual (Frobenius)")
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"Trained (E5 grid, depth {grid.depth.max()}) vs random init")
+    ax.legend(fontsize=6.5, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
+    trained_figures = [{"name": "trained_vs_init", **plotting.save(fig, figures_dir,
+                                                                    "trained_vs_init"),
+                        "caption": "Relative residual per layer of the trained networks of the "
+                        "E5 grid (solid) against the same networks at initialisation on the same "
+                        "digits (dashed) and this sweep's random-init networks on Gaussian "
+                        "inputs (dotted); median over sequences and seeds."}]
+else:
+    print("no trained-network table in this run: the comparison is skipped")
+
+# %% [markdown]
 # ## The collapse exponent
 # Each point is one pair of consecutive layers (r_l, r_{l+1}) of one sequence, restricted to
 # r_l ≤ `max_residual` and r_{l+1} ≥ `floor`. A slope k = 3 on these log–log axes is the cubic,
@@ -194,6 +234,7 @@ io.write_json(section(
          "One layer's map of the residual, r_l → r_{l+1}, for every sequence and layer in the fit "
          "range. Slope 3 (dashed) is the cubic rate of Dong et al.'s bound; slope 1 (dotted) a "
          "plain exponential."},
+        *trained_figures,
     ],
     tables=[{"caption": "Collapse exponent k (slope of log r_{l+1} against log r_l) and per-layer "
              "factor ρ, with 95% bootstrap intervals over seeds.", "html": table_html}],

@@ -100,7 +100,8 @@ for ax, depth in zip(axes[0], depths):
     ax.set_title(f"L = {depth}")
     ax.set_xlabel("step")
 axes[0, 0].set_ylabel(f"training loss ({task0})")
-axes[0, -1].legend(frameon=False, fontsize=7)
+handles, labels = axes[0, 0].get_legend_handles_labels()
+fig.legend(handles, labels, frameon=False, loc="outside lower center", ncol=len(variants))
 fig_loss = plotting.save(fig, figures_dir, "training_loss")
 
 # %% [markdown]
@@ -124,7 +125,8 @@ for ax, depth in zip(axes[0], depths):
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(-0.02, 1.02)
 axes[0, 0].set_ylabel("t_sim after training")
-axes[0, -1].legend(frameon=False, fontsize=7)
+handles, labels = axes[0, 0].get_legend_handles_labels()
+fig.legend(handles, labels, frameon=False, loc="outside lower center", ncol=len(variants))
 fig_tsim = plotting.save(fig, figures_dir, "tsim_trained")
 
 # %%

@@ -69,6 +69,7 @@ def check_config(config: dict) -> None:
             f"init_sweep.heads={sweep['heads']}"
         )
     problems += _training_problems(config, defined)
+    problems += _paths_problems(config, defined)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 
@@ -96,4 +97,44 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     if "width" in train and "heads" in train and train["width"] % train["heads"]:
         problems.append(f"train.width={train['width']} is not divisible by "
                         f"train.heads={train['heads']}")
+    return problems
+
+
+def _paths_problems(config: dict, defined: list[str]) -> list[str]:
+    """Cross-references of E2's `paths` block: its variants must be decomposable into paths
+    (skips, no LayerNorm, no MLP), its tasks known, its runs not shared with E4/E5 (whose model
+    and optimiser settings differ)."""
+    from .tasks import TASKS
+
+    paths = config.get("paths", {})
+    if not paths:
+        return []
+    problems = []
+    for name in paths.get("variants", []):
+        if name not in defined:
+            problems.append(f"paths.variants: variant {name!r} is not defined; "
+                            f"defined variants (config key `variants`): {defined}")
+            continue
+        v = config["variants"][name]
+        if not v["skip"] or v["mlp"] or v["norm"] != "none" or v.get("deescalate", 0) \
+                or v.get("center_attention", False):
+            problems.append(f"paths.variants: variant {name!r} is not decomposable into paths; "
+                            "it needs skip: true, mlp: false, norm: none (like san_skip)")
+    for name in paths.get("tasks", []):
+        if name not in TASKS:
+            problems.append(f"paths.tasks: unknown task {name!r}; allowed tasks: {sorted(TASKS)}")
+    for task, model in paths.get("models", {}).items():
+        if model["width"] % model["heads"]:
+            problems.append(f"paths.models.{task}.width={model['width']} is not divisible by "
+                            f"heads={model['heads']}")
+    grid, escalation = config.get("depth_grid", {}), config.get("escalation", {})
+    # Only a (task, variant) pair trained by both would share results/train/ paths.
+    trained = {(t, v) for t in grid.get("tasks", []) for v in grid.get("variants", [])}
+    trained |= {(escalation.get("task"), v) for v in escalation.get("variants", [])}
+    pairs = {(t, v) for t in paths.get("tasks", []) for v in paths.get("variants", [])} & trained
+    shared, shared_variants = {t for t, _ in pairs}, {v for _, v in pairs}
+    if pairs:
+        problems.append(f"paths: task(s) {sorted(shared)} with variant(s) "
+                        f"{sorted(shared_variants)} are also trained by depth_grid/escalation "
+                        "with other settings; use a differently named copy of the variant")
     return problems

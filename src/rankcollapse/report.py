@@ -66,6 +66,14 @@ def ledger(sections: list[dict]) -> list[dict]:
     return rows
 
 
+def first_sentence(text: str) -> str:
+    """Up to the first full stop that ends a sentence (not a decimal point)."""
+    for i, ch in enumerate(text):
+        if ch == "." and (i + 1 == len(text) or text[i + 1] == " ") and not text[i - 1].isdigit():
+            return text[: i + 1]
+    return text
+
+
 def abstract(sections: list[dict], claims: list[dict]) -> str:
     """The abstract, written from the measured numbers (never typed by hand)."""
     counts = Counter(c["verdict"] for c in claims)
@@ -76,7 +84,7 @@ def abstract(sections: list[dict], claims: list[dict]) -> str:
         "diversity of their token representations with depth. We rebuild, on one shared model "
         "and metric library, the experiments behind three accounts of this collapse and test "
         f"each paper claim as a pass/fail measurement. Experiments: {experiments}. "
-        + " ".join(s["summary"] for s in sections)
+        + " ".join(first_sentence(s["summary"]) for s in sections)
         + f" Of {len(claims)} claims tested, {tally}."
     )
 

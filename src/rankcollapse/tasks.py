@@ -91,7 +91,48 @@ def sorting(vocab: int = 10, length: int = 8, train_size: int = 8000, test_size:
     return TaskData(spec, x[:train_size], y[:train_size], x[train_size:], y[train_size:])
 
 
-TASKS: dict[str, Callable[..., TaskData]] = {"digits": digits, "sorting": sorting}
+def memorisation(vocab: int = 16, length: int = 8, train_size: int = 512, test_size: int = 256,
+                 data_seed: int = 0) -> TaskData:
+    """Memorise a random binary label for every token of `train_size` random sequences.
+
+    Tokens are drawn uniformly from [0, vocab); each position of each sequence gets its own random
+    label in {0, 1}, so a label can only be told from the whole sequence (Dong et al.'s
+    memorisation task, chance 0.5). The task is to fit the training set: the "test" set is its
+    first `test_size` sequences (a fixed subset of what is memorised), not new data.
+    """
+    if test_size > train_size:
+        raise ValueError(f"memorisation.test_size={test_size} exceeds train_size={train_size}: "
+                         "the test sequences are a subset of the memorised ones")
+    gen = torch.Generator().manual_seed(data_seed)
+    x = torch.randint(0, vocab, (train_size, length), generator=gen)
+    y = torch.randint(0, 2, (train_size, length), generator=gen)
+    spec = TaskSpec("memorisation", "tokens", vocab, length, 2, "per_token")
+    return TaskData(spec, x, y, x[:test_size], y[:test_size])
+
+
+def hull(points: int = 10, train_size: int = 4000, test_size: int = 500,
+         data_seed: int = 0) -> TaskData:
+    """Convex hull of `points` uniform points in the unit square: the label of each point is 1
+    when it is a vertex of the set's convex hull, else 0 (Dong et al.'s convex-hull task,
+    10 points; about half the points are vertices). Inputs are the 2-D coordinates.
+    """
+    from scipy.spatial import ConvexHull
+
+    if points < 3:
+        raise ValueError(f"hull.points={points}: a 2-D hull needs at least 3 points")
+    rng = np.random.default_rng(data_seed)
+    x = rng.random((train_size + test_size, points, 2))
+    y = np.zeros((train_size + test_size, points), dtype=np.int64)
+    for i, cloud in enumerate(x):
+        y[i, ConvexHull(cloud).vertices] = 1
+    x, y = torch.tensor(x, dtype=torch.float32), torch.from_numpy(y)
+    spec = TaskSpec("hull", "features", 2, points, 2, "per_token")
+    return TaskData(spec, x[:train_size], y[:train_size], x[train_size:], y[train_size:])
+
+
+TASKS: dict[str, Callable[..., TaskData]] = {
+    "digits": digits, "sorting": sorting, "memorisation": memorisation, "hull": hull,
+}
 
 
 def make_task(name: str, **options) -> TaskData:

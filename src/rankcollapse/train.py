@@ -86,8 +86,11 @@ def loss_and_correct(logits: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
 
 
 @torch.no_grad()
-def evaluate(model: TaskModel, x: Tensor, y: Tensor, batch: int = 512) -> tuple[float, float]:
-    """(mean loss, accuracy over labels) on (x, y), fused attention, in eval mode."""
+def evaluate(model: TaskModel, x: Tensor, y: Tensor, batch: int = 512,
+             loss_fn=loss_and_correct) -> tuple[float, float]:
+    """(mean loss, accuracy over labels) on (x, y), fused attention, in eval mode.
+
+    loss_fn(output, y) -> (mean loss, number of correct labels); cross-entropy by default."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -95,7 +98,7 @@ def evaluate(model: TaskModel, x: Tensor, y: Tensor, batch: int = 512) -> tuple[
     for i in range(0, len(y), batch):
         xb, yb = x[i:i + batch].to(device), y[i:i + batch].to(device)
         logits, _ = model(xb)
-        loss, right = loss_and_correct(logits, yb)
+        loss, right = loss_fn(logits, yb)
         total_loss += float(loss) * yb.numel()
         correct += int(right)
         labels += yb.numel()
@@ -122,9 +125,12 @@ def _set_rng_states(gen: torch.Generator, states: dict) -> None:
 
 
 def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
-          checkpoint: str | Path | None = None, fingerprint: str = "") -> TrainResult:
+          checkpoint: str | Path | None = None, fingerprint: str = "",
+          loss_fn=loss_and_correct) -> TrainResult:
     """Train `model` on `data`; resume from `checkpoint` when it exists and its fingerprint
-    matches (a checkpoint of other settings is ignored and overwritten)."""
+    matches (a checkpoint of other settings is ignored and overwritten). `loss_fn` as in
+    `evaluate` (e.g. a regression loss for the circle experiment); any model whose forward
+    returns (output, _) trains here."""
     device = next(model.parameters()).device
     optimiser = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, schedule(cfg))
@@ -149,7 +155,7 @@ def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
     for step in range(start, cfg.steps):
         idx = torch.randint(len(y_train), (cfg.batch,), generator=gen).to(device)
         logits, _ = model(x_train[idx])  # fused attention: nothing captured
-        loss, _ = loss_and_correct(logits, y_train[idx])
+        loss, _ = loss_fn(logits, y_train[idx])
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
@@ -164,7 +170,8 @@ def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
         optimiser.step()
         scheduler.step()
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            row["test_loss"], row["test_accuracy"] = evaluate(model, data.x_test, data.y_test)
+            row["test_loss"], row["test_accuracy"] = evaluate(model, data.x_test, data.y_test,
+                                                              loss_fn=loss_fn)
             log.info("step %d loss %.4f test loss %.4f test accuracy %.4f", step + 1,
                      row["loss"], row["test_loss"], row["test_accuracy"])
         rows.append(row)

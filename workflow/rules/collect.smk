@@ -10,8 +10,8 @@ rule collect_init:
         "results/logs/collect/E1_init.log",
     benchmark:
         "results/benchmarks/collect/E1_init.tsv"
-    threads: 1
     conda:
         "../../envs/environment.yaml"
+    threads: 1
     script:
         "../scripts/collect.py"

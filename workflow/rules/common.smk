@@ -25,6 +25,8 @@ wildcard_constraints:
     task="[a-z][a-z0-9_]*",
     depth="[0-9]+",
     model="[a-z]+",
+    setup="[a-z][a-z_]*",
+    width="[0-9]+",
 
 
 PARTICLE_TABLES = homogenized.TABLES  # E6: collected table -> the studies it concatenates
@@ -34,7 +36,13 @@ PARTICLE_TABLES = homogenized.TABLES  # E6: collected table -> the studies it co
 EXPERIMENTS = {
     "E1": {
         "notebook": "notebooks/01_rank_collapse_init.ipynb",
-        "tables": {"init": "results/tables/E1_init.parquet"},
+        # Optional: the trained networks of the E5 grid, next to the init curves.
+        "tables": {"init": "results/tables/E1_init.parquet"}
+        | (
+            {"trained": "results/tables/E5_metrics.parquet"}
+            if "E5" in config["report"]["experiments"]
+            else {}
+        ),
         "settings": ["init_sweep", "fit"],
     },
     # E1b: real architectures (BERT, ALBERT, XLNet) at init with their path ablations.
@@ -62,6 +70,16 @@ EXPERIMENTS = {
             "init": "results/tables/E1_init.parquet",
         },
         "settings": ["escalation", "train", "tasks"],
+    },
+    "E2": {
+        "notebook": "notebooks/02_path_lengths.ipynb",
+        "tables": {"paths": "results/tables/E2_paths.parquet"},
+        "settings": ["paths", "tasks"],
+    },
+    "E3": {
+        "notebook": "notebooks/03_circle_trajectories.ipynb",
+        "tables": {"circle": "results/tables/E3_circle.parquet"},
+        "settings": ["circle"],
     },
     "E5": {
         "notebook": "notebooks/05_depth_enabling.ipynb",
@@ -119,7 +137,16 @@ def particle_params(wildcards):
 
 
 def train_runs(experiment):
-    """(task, variant, depth, seed) of every training job that E4 or E5 reads."""
+    """(task, variant, depth, seed) of every training job that E2, E4 or E5 reads."""
+    if experiment == "E2":
+        p = config["paths"]
+        return [
+            (t, v, d, s)
+            for t in p["tasks"]
+            for v in p["variants"]
+            for d in p["depths"]
+            for s in p["seeds"]
+        ]
     if experiment == "E4":
         e = config["escalation"]
         return [
@@ -140,6 +167,8 @@ TRAIN_FILES = {
     "metrics": "results/metrics/{}/{}/L{}/seed{}.parquet",
     "train_benchmark": "results/benchmarks/train/{}/{}/L{}/seed{}.tsv",
     "metrics_benchmark": "results/benchmarks/metrics/{}/{}/L{}/seed{}.tsv",
+    "paths": "results/paths/{}/{}/L{}/seed{}.parquet",
+    "paths_benchmark": "results/benchmarks/paths/{}/{}/L{}/seed{}.tsv",
 }
 
 
@@ -152,9 +181,14 @@ def train_tables(wildcards):
 
 
 def train_params(wildcards):
-    """One training job's settings: task options, switches, model and optimiser."""
+    """One training job's settings: task options, switches, model and optimiser. E2's runs
+    take their model size per task and optimiser overrides from `paths`."""
     train = config["train"]
     model_keys = ("width", "heads", "mlp_ratio")
+    run = (wildcards.task, wildcards.variant, int(wildcards.depth), int(wildcards.seed))
+    if run in train_runs("E2"):
+        paths = config["paths"]
+        train = {**train, **paths["models"].get(wildcards.task, {}), **paths["train"]}
     return {
         "task": wildcards.task,
         "task_options": config["tasks"][wildcards.task],
@@ -166,6 +200,38 @@ def train_params(wildcards):
         "train_options": {
             k: v for k, v in train.items() if k not in (*model_keys, "eval_size", "gpu")
         },
+    }
+
+
+def path_tables(wildcards=None):
+    """E2's per-job path-accuracy tables."""
+    return [TRAIN_FILES["paths"].format(*run) for run in train_runs("E2")]
+
+
+def circle_tables(wildcards=None):
+    """E3's per-job rollout tables, one per (setup, width, seed)."""
+    c = config["circle"]
+    return expand(
+        "results/circle/{setup}/w{width}/seed{seed}.parquet",
+        setup=c["setups"],
+        width=c["widths"],
+        seed=c["seeds"],
+    )
+
+
+def circle_params(wildcards):
+    c = config["circle"]
+    data_keys = ("points", "radius", "train_size", "test_size", "data_seed")
+    return {
+        "setup": wildcards.setup,
+        "width": int(wildcards.width),
+        "heads": c["heads"],
+        "mlp_ratio": c["mlp_ratio"],
+        "task_options": {k: c[k] for k in data_keys},
+        "train_options": {k: c[k] for k in ("steps", "batch", "lr", "warmup")}
+        | {"checkpoint_every": 0, "eval_every": c["steps"]},
+        "rollout_steps": c["rollout"],
+        "starts": c["starts"],
     }
 
 
@@ -217,6 +283,21 @@ def benchmark_files(wildcards=None):
         training |= {
             f"results/benchmarks/collect/{experiment}_{kind}.tsv" for kind in kinds
         }
+    if "E2" in report_experiments():
+        for run in train_runs("E2"):
+            training |= {
+                TRAIN_FILES[kind].format(*run)
+                for kind in ("train_benchmark", "paths_benchmark")
+            }
+        training.add("results/benchmarks/collect/E2_paths.tsv")
+    if "E3" in report_experiments():
+        training |= {
+            t.replace("results/circle/", "results/benchmarks/circle/").replace(
+                ".parquet", ".tsv"
+            )
+            for t in circle_tables()
+        }
+        training.add("results/benchmarks/collect/E3_circle.tsv")
     collect = ["results/benchmarks/collect/E1_init.tsv"]
     if "E1b" in report_experiments():
         collect += expand(

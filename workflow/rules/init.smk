@@ -8,11 +8,11 @@ rule init_sweep:
         "results/logs/init/{variant}/seed{seed}.log",
     benchmark:
         "results/benchmarks/init/{variant}/seed{seed}.tsv"
+    conda:
+        "../../envs/environment.yaml"
+    threads: 1
     params:
         sweep=init_sweep_params,
         device=config["device"],
-    threads: 1
-    conda:
-        "../../envs/environment.yaml"
     script:
         "../scripts/init_sweep.py"

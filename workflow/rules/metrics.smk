@@ -1,5 +1,6 @@
 # Per-layer metrics of trained networks (and of the same networks at init) on a fixed test
-# batch, plus final test loss/accuracy; then one table per experiment.
+# batch, plus final test loss/accuracy; then one table per experiment. Measuring is a few small
+# forward passes, so it runs on the CPU and leaves the GPUs to the training jobs.
 
 
 rule train_metrics:
@@ -13,7 +14,7 @@ rule train_metrics:
         "results/benchmarks/metrics/{task}/{variant}/L{depth}/seed{seed}.tsv"
     params:
         eval_size=config["train"]["eval_size"],
-        device=config["device"],
+        device="cpu",
     threads: 1
     conda:
         "../../envs/environment.yaml"

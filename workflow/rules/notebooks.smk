@@ -13,10 +13,10 @@ rule notebook:
         "results/logs/notebooks/{experiment}.log",
     benchmark:
         "results/benchmarks/notebooks/{experiment}.tsv"
-    params:
-        parameters=notebook_params,
-    threads: 1
     conda:
         "../../envs/environment.yaml"
+    threads: 1
+    params:
+        parameters=notebook_params,
     script:
         "../scripts/run_notebook.py"

@@ -9,9 +9,9 @@ rule particles:
         "results/logs/particles/{study}/{point}.log",
     benchmark:
         "results/benchmarks/particles/{study}/{point}.tsv"
+    threads: 1
     params:
         point=particle_params,
-    threads: 1
     script:
         "../scripts/particles.py"
 

@@ -9,11 +9,11 @@ rule realarch:
         "results/logs/realarch/{model}/seed{seed}.log",
     benchmark:
         "results/benchmarks/realarch/{model}/seed{seed}.tsv"
-    params:
-        settings=config["realarch"],
-    threads: 1
     conda:
         "../../envs/environment.yaml"
+    threads: 1
+    params:
+        settings=config["realarch"],
     script:
         "../scripts/realarch.py"
 
@@ -27,8 +27,8 @@ rule collect_realarch:
         "results/logs/collect/E1b_realarch.log",
     benchmark:
         "results/benchmarks/collect/E1b_realarch.tsv"
-    threads: 1
     conda:
         "../../envs/environment.yaml"
+    threads: 1
     script:
         "../scripts/collect.py"

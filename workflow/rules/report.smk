@@ -3,7 +3,9 @@
 
 rule report:
     input:
-        numbers=expand("results/numbers/{experiment}.json", experiment=report_experiments()),
+        numbers=expand(
+            "results/numbers/{experiment}.json", experiment=report_experiments()
+        ),
         figures=expand("report/figures/{experiment}", experiment=report_experiments()),
         benchmarks=benchmark_files,
         template="report/templates/report.html.j2",
@@ -13,11 +15,11 @@ rule report:
         pdf=report_pdf(),
     log:
         "results/logs/report.log",
+    conda:
+        "../../envs/environment.yaml"
+    threads: 1
     params:
         title=config["report"]["title"],
         config=config,
-    threads: 1
-    conda:
-        "../../envs/environment.yaml"
     script:
         "../scripts/build_report.py"

@@ -21,7 +21,7 @@ include: "workflow/rules/report.smk"
 
 
 rule all:
+    default_target: True
     input:
         "report/report.html",
         report_pdf(),
-    default_target: True

@@ -47,8 +47,9 @@ def main(names: list[str]) -> int:
             print(f"{name:18s} FAILED: {type(err).__name__}: {err}")
             continue
         met = {True: "met", False: "MISSED", None: "-"}[entry.get("met")]
+        took = time.perf_counter() - start
         print(f"{name:18s} {label:40s} {entry.get(key, float('nan')):10.3g}  "
-              f"target {entry.get('target', '-'):>8s}  {met:6s} ({time.perf_counter() - start:.0f} s)")
+              f"target {entry.get('target', '-'):>8s}  {met:6s} ({took:.0f} s)")
     return 1 if failed else 0
 
 

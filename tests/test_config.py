@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import copy_project, run_snakemake
 
 from rankcollapse.config import ConfigError, check_config, check_schema, load_schema
+
+from conftest import copy_project, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(ROOT / "workflow/schemas/config.schema.yaml")

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import ROOT, run_snakemake
 from snakemake.utils import validate
 
 from rankcollapse.homogenized import (
@@ -21,6 +20,8 @@ from rankcollapse.homogenized import (
     run_point,
     zero_crossings,
 )
+
+from conftest import ROOT, run_snakemake
 
 CONFIGS = ["default", "ci", "paper"]
 POINT = re.compile(r"[A-Za-z0-9_.-]+")  # the `point` wildcard constraint in common.smk

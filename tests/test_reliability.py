@@ -10,10 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import SNAKEMAKE, copy_project, run_snakemake
 from rankcollapse import io, notebooks
 from rankcollapse.model import PRESETS
 from rankcollapse.sweep import init_sweep
+
+from conftest import SNAKEMAKE, copy_project, run_snakemake
 
 CI_PROFILE = ("--workflow-profile", "workflow/profiles/ci")
 

@@ -14,13 +14,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_snakemake
 
 from rankcollapse.config import ConfigError, check_config
 from rankcollapse.model import PRESETS, TaskModel
 from rankcollapse.tasks import TASKS, make_task
 from rankcollapse.train import measure_job, new_model, run_job
 from rankcollapse.trained import escalation_fits, line_fit
+
+from conftest import run_snakemake
 
 VARIANTS = ["post_ln", "pre_ln", "post_ln_deesc", "san_skip"]
 MODEL = {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 3}

@@ -5,8 +5,9 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_snakemake
 from markupsafe import escape
+
+from conftest import run_snakemake
 
 pytestmark = pytest.mark.workflow
 ROOT = Path(__file__).resolve().parents[1]

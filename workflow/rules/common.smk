@@ -29,7 +29,9 @@ wildcard_constraints:
     width="[0-9]+",
 
 
-PARTICLE_TABLES = homogenized.TABLES  # E6: collected table -> the studies it concatenates
+PARTICLE_TABLES = (
+    homogenized.TABLES
+)  # E6: collected table -> the studies it concatenates
 
 # Each experiment: its notebook and the collected tables it reads. Adding an experiment means
 # adding its notebook, the rules that produce its tables and one entry here.
@@ -113,7 +115,9 @@ def realarch_tables(wildcards=None):
 
 def init_sweep_params(wildcards):
     """Everything one init job needs: the variant's switches and the shared sweep settings."""
-    sweep = {k: v for k, v in config["init_sweep"].items() if k not in ("variants", "seeds")}
+    sweep = {
+        k: v for k, v in config["init_sweep"].items() if k not in ("variants", "seeds")
+    }
     return {"variant": config["variants"][wildcards.variant], **sweep}
 
 
@@ -265,7 +269,9 @@ def benchmark_files(wildcards=None):
         variant=config["init_sweep"]["variants"],
         seed=config["init_sweep"]["seeds"],
     )
-    notebooks = expand("results/benchmarks/notebooks/{experiment}.tsv", experiment=report_experiments())
+    notebooks = expand(
+        "results/benchmarks/notebooks/{experiment}.tsv", experiment=report_experiments()
+    )
     particles = []
     if "E6" in report_experiments():
         particles = [
@@ -273,7 +279,9 @@ def benchmark_files(wildcards=None):
             for study, points in particle_plan().items()
             for point in points
         ]
-        particles += expand("results/benchmarks/collect/E6_{table}.tsv", table=PARTICLE_TABLES)
+        particles += expand(
+            "results/benchmarks/collect/E6_{table}.tsv", table=PARTICLE_TABLES
+        )
     training = set()
     for experiment in {"E4", "E5"} & set(report_experiments()):
         runs = train_runs(experiment)

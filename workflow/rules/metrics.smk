@@ -12,12 +12,12 @@ rule train_metrics:
         "results/logs/metrics/{task}/{variant}/L{depth}/seed{seed}.log",
     benchmark:
         "results/benchmarks/metrics/{task}/{variant}/L{depth}/seed{seed}.tsv"
+    conda:
+        "../../envs/environment.yaml"
+    threads: 1
     params:
         eval_size=config["train"]["eval_size"],
         device="cpu",
-    threads: 1
-    conda:
-        "../../envs/environment.yaml"
     script:
         "../scripts/train_metrics.py"
 
@@ -34,8 +34,8 @@ rule collect_train:
     wildcard_constraints:
         experiment="E4|E5",
         kind="metrics|history",
-    threads: 1
     conda:
         "../../envs/environment.yaml"
+    threads: 1
     script:
         "../scripts/collect.py"

@@ -9,6 +9,8 @@ rule particles:
         "results/logs/particles/{study}/{point}.log",
     benchmark:
         "results/benchmarks/particles/{study}/{point}.tsv"
+    conda:
+        "../../envs/environment.yaml"
     threads: 1
     params:
         point=particle_params,
@@ -25,6 +27,8 @@ rule collect_particles:
         "results/logs/collect/E6_{table}.log",
     benchmark:
         "results/benchmarks/collect/E6_{table}.tsv"
+    conda:
+        "../../envs/environment.yaml"
     threads: 1
     script:
         "../scripts/collect.py"

@@ -10,13 +10,13 @@ rule train:
         "results/logs/train/{task}/{variant}/L{depth}/seed{seed}.log",
     benchmark:
         "results/benchmarks/train/{task}/{variant}/L{depth}/seed{seed}.tsv"
-    params:
-        job=train_params,
-        device=config["device"],
+    conda:
+        "../../envs/environment.yaml"
     threads: 1
     resources:
         gpu=config["train"]["gpu"],
-    conda:
-        "../../envs/environment.yaml"
+    params:
+        job=train_params,
+        device=config["device"],
     script:
         "../scripts/train.py"

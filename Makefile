@@ -14,10 +14,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
 
-.PHONY: venv reproduce test bench lint dryrun clean-results help
+.PHONY: venv reproduce snakemake-report test bench lint dryrun clean-results help
 
 help:
 	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
+	@echo "make snakemake-report  Snakemake's own report of the last run: report/snakemake-report.html"
 	@echo "make test        set up .venv, run the test suite"
 	@echo "make bench       the performance suite (benchmarks/README.md)"
 	@echo "make lint        ruff, snakefmt --check, snakemake --lint"
@@ -37,6 +38,12 @@ reproduce: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) $(CONFIG_ARG) $(SNAKEMAKE_ARGS)
 	@echo "Report: report/report.html and report/report.pdf"
 
+# Snakemake's own report (figures by experiment, run times, rule graph, provenance) of the last
+# `make reproduce` with the same CONFIG: it reads the run's metadata and reruns nothing.
+snakemake-report: $(STAMP)
+	$(VENV)/bin/snakemake --cores $(CORES) $(CONFIG_ARG) $(SNAKEMAKE_ARGS) --report report/snakemake-report.html
+	@echo "Report: report/snakemake-report.html"
+
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -52,4 +59,4 @@ dryrun: $(STAMP)
 	$(VENV)/bin/snakemake -n --cores $(CORES) $(CONFIG_ARG)
 
 clean-results:
-	rm -rf results report/report.html report/report.pdf report/figures
+	rm -rf results report/report.html report/report.pdf report/snakemake-report.html report/figures

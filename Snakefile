@@ -7,6 +7,10 @@
 configfile: "workflow/config/default.yaml"
 
 
+# Description at the top of `snakemake --report report/snakemake-report.html`.
+report: "report/templates/captions/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/init.smk"
 include: "workflow/rules/train.smk"

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from rankcollapse.config import ConfigError, check_config
+from rankcollapse.io import load_checked
 from rankcollapse.model import PRESETS, TaskModel
 from rankcollapse.tasks import TASKS, make_task
 from rankcollapse.train import measure_job, new_model, run_job
@@ -131,7 +132,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     _wait(job)
     assert job.returncode == -signal.SIGKILL, "the job finished before it could be killed"
     assert checkpoint.exists() and not (killed / "model.pt").exists()
-    step = torch.load(checkpoint, weights_only=False)["step"]
+    step = load_checked(checkpoint)["step"]
     assert 0 < step < TRAIN["steps"]
 
     resumed = subprocess.run(_job_command(killed), stderr=subprocess.PIPE, text=True, env=env,
@@ -241,3 +242,35 @@ def test_gpu_slots_are_exclusive_per_job(tmp_path, monkeypatch):
         for handle in runtime._HELD_GPU_LOCKS[len(held):]:
             handle.close()
         runtime._HELD_GPU_LOCKS[:] = held
+
+
+# --- damaged checkpoints --------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "not_a_checkpoint"])
+def test_damaged_checkpoint_is_never_trained_on(tmp_path, caplog, damage):
+    """A damaged checkpoint is detected, logged, and training starts over from scratch, ending
+    exactly where a run that never had a checkpoint ends."""
+    from rankcollapse.tasks import make_task
+    from rankcollapse.train import TrainConfig, new_model, train
+
+    data = make_task("digits")
+    cfg = TrainConfig.from_dict({**TRAIN, "steps": 20, "checkpoint_every": 10})
+    torch.set_num_threads(1)
+    clean = train(new_model(data.spec, PRESETS["pre_ln"], MODEL, 0), data, cfg, 0)
+
+    checkpoint = tmp_path / "checkpoint.pt"
+    train(new_model(data.spec, PRESETS["pre_ln"], MODEL, 0), data, cfg, 0, checkpoint, "f")
+    if damage == "not_a_checkpoint":
+        torch.save({"fingerprint": "f", "step": 10}, checkpoint)  # plain torch file, no header
+    raw = checkpoint.read_bytes()
+    if damage == "truncated":
+        checkpoint.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garbled":
+        middle = len(raw) // 2
+        checkpoint.write_bytes(raw[:middle] + bytes(b ^ 0xFF for b in raw[middle:middle + 64])
+                               + raw[middle + 64:])
+    with caplog.at_level("WARNING"):
+        again = train(new_model(data.spec, PRESETS["pre_ln"], MODEL, 0), data, cfg, 0,
+                      checkpoint, "f")
+    assert "damaged checkpoint" in caplog.text
+    pd.testing.assert_frame_equal(again.history, clean.history, check_exact=True)

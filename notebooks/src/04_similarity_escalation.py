@@ -34,7 +34,8 @@ from matplotlib.ticker import MaxNLocator
 from rankcollapse import io, plotting
 from rankcollapse.claims import Claim
 from rankcollapse.notebooks import section
-from rankcollapse.trained import bootstrap_seeds, escalation_fits
+from rankcollapse.analysis import bootstrap_over_seeds
+from rankcollapse.trained import escalation_fits
 
 plotting.use_style()
 esc = settings["escalation"]
@@ -164,7 +165,7 @@ def fit_claim(cid, statement, source, view, variant, key, quantity, low, high, p
     if t.token_similarity.notna().sum() == 0:
         return Claim(cid, statement, source, quantity, None, None, low, high, paper,
                      reason=f"{variant} not measured ({view})")
-    value, interval = bootstrap_seeds(t, lambda d: escalation_fits(d, FLOORS[view])[key], B)
+    value, interval = bootstrap_over_seeds(t, lambda d: escalation_fits(d, FLOORS[view])[key], B)
     return Claim(cid, statement, source, f"{quantity} ({B} bootstrap resamples over seeds)",
                  value, interval, low, high, paper, reason=reason.format(v=value))
 
@@ -196,7 +197,7 @@ claims = [
 t_post = VIEWS["init_gaussian"][0]
 t_post = t_post[t_post.variant == "post_ln"]
 if len(t_post):
-    value, interval = bootstrap_seeds(t_post, gap_of_fits, B)
+    value, interval = bootstrap_over_seeds(t_post, gap_of_fits, B)
 else:
     value, interval = None, None
 claims.append(Claim(
@@ -228,7 +229,7 @@ median_lambda2 = (metrics[(metrics.stage == "trained") & (metrics.layer > 0)]
 trained_pre = metrics[(metrics.stage == "trained") & (metrics.variant == "pre_ln")
                       & (metrics.layer > 0)]
 if trained_pre.attn_lambda2.notna().any():
-    value, interval = bootstrap_seeds(trained_pre, lambda d: d.attn_lambda2.median(), B)
+    value, interval = bootstrap_over_seeds(trained_pre, lambda d: d.attn_lambda2.median(), B)
 else:
     value, interval = None, None
 claims.append(Claim(

@@ -31,7 +31,8 @@ from matplotlib.ticker import MaxNLocator
 from rankcollapse import io, plotting
 from rankcollapse.claims import Claim
 from rankcollapse.notebooks import section
-from rankcollapse.trained import bootstrap_seeds, final_accuracy
+from rankcollapse.analysis import bootstrap_over_seeds
+from rankcollapse.trained import final_accuracy
 
 plotting.use_style()
 grid, train = settings["depth_grid"], settings["train"]
@@ -169,7 +170,7 @@ def grid_claim(cid, statement, source, statistic, needs, quantity, low, high, pa
     if not set(needs) <= set(variants) or L_min == L_max:
         return Claim(cid, statement, source, quantity, None, None, low, high, paper,
                      reason=f"needs variants {needs} at two depths")
-    value, interval = bootstrap_seeds(d, statistic, B)
+    value, interval = bootstrap_over_seeds(d, statistic, B)
     quantity = f"{quantity} ({task0}, {B} bootstrap resamples over seeds)"
     return Claim(cid, statement, source, quantity, value, interval, low, high, paper,
                  reason=reason.format(v=value))

@@ -132,7 +132,10 @@ for regime, s in summary.groupby("regime", sort=False):
     color = REGIME_COLORS[regime]
     for ax, q in zip(axes, ["gap", "spread"]):
         k = slope.loc[(regime, q)]
-        ax.errorbar(s.L, s[q], yerr=[s[q] - s[f"{q}_lo"], s[f"{q}_hi"] - s[q]], color=color,
+        # A percentile interval of a sup-distance need not contain the point estimate (the
+        # statistic is biased upwards); clip so the bar still spans the estimate.
+        yerr = np.clip([s[q] - s[f"{q}_lo"], s[f"{q}_hi"] - s[q]], 0, None)
+        ax.errorbar(s.L, s[q], yerr=yerr, color=color,
                     marker="o", capsize=3, label=f"{regime} (fitted slope {k.slope:.2f})")
     axes[0].plot(s.L, s.noise, ":", color=color, lw=1, label=f"{regime}: Monte Carlo noise level")
     if regime == "stochastic":

@@ -46,10 +46,10 @@ def bootstrap_over_seeds(table: pd.DataFrame, statistic, resamples: int, seed: i
                          level: float = 0.95) -> tuple[float, tuple[float, float]]:
     """statistic(table) and its percentile interval from resampling whole seeds with replacement.
 
-    Seeds (independent networks) are the unit of replication; sequences within a seed share
-    weights and are not independent.
+    Seeds (independent networks) are the unit of replication; sequences (or the runs of one
+    seed in a paired comparison) stay together.
     """
-    estimate = statistic(table)
+    estimate = float(statistic(table))
     seeds = table.seed.unique()
     groups = {s: g for s, g in table.groupby("seed")}
     rng = np.random.default_rng(seed)

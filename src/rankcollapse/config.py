@@ -83,6 +83,8 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     grid, escalation = config.get("depth_grid", {}), config.get("escalation", {})
     uses = [("depth_grid.variants", name) for name in grid.get("variants", [])]
     uses += [("escalation.variants", name) for name in escalation.get("variants", [])]
+    rivals = config.get("rival_fixes", {})
+    uses += [("rival_fixes.variants", name) for name in rivals.get("variants", [])]
     for key, name in uses:
         if name not in defined:
             problems.append(f"{key}: variant {name!r} is not defined; "
@@ -90,6 +92,8 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     tasks = [("depth_grid.tasks", name) for name in grid.get("tasks", [])]
     if "task" in escalation:
         tasks.append(("escalation.task", escalation["task"]))
+    if "task" in rivals:
+        tasks.append(("rival_fixes.task", rivals["task"]))
     for key, name in tasks:
         if name not in known_tasks:
             problems.append(f"{key}: unknown task {name!r}; allowed tasks: {known_tasks}")

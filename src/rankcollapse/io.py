@@ -38,6 +38,38 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     return path
 
 
+CHECKSUM_HEADER = b"rankcollapse-sha256:"
+
+
+def save_checked(obj, path: str | os.PathLike) -> Path:
+    """torch.save(obj) behind a SHA-256 header, atomically: damage anywhere is detectable."""
+    import io as _io
+
+    import torch
+
+    buffer = _io.BytesIO()
+    torch.save(obj, buffer)
+    payload = buffer.getvalue()
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    return atomic_write(path, lambda tmp: tmp.write_bytes(CHECKSUM_HEADER + digest + b"\n"
+                                                          + payload))
+
+
+def load_checked(path: str | os.PathLike, map_location=None):
+    """Load what save_checked wrote; ValueError if the file is truncated or altered."""
+    import io as _io
+
+    import torch
+
+    raw = Path(path).read_bytes()
+    header, _, payload = raw.partition(b"\n")
+    if not header.startswith(CHECKSUM_HEADER):
+        raise ValueError(f"{path}: no checksum header")
+    if hashlib.sha256(payload).hexdigest().encode() != header[len(CHECKSUM_HEADER):]:
+        raise ValueError(f"{path}: checksum mismatch (truncated or altered)")
+    return torch.load(_io.BytesIO(payload), map_location=map_location, weights_only=False)
+
+
 def write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     return atomic_write(path, lambda tmp: df.to_parquet(tmp, index=False))
 

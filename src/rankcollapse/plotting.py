@@ -24,6 +24,9 @@ VARIANT_COLORS = {
     "post_ln": "#000000",
     "pre_ln": "#009E73",
     "post_ln_deesc": "#882255",  # Paul Tol's wine: yellow is unreadable as a line
+    "post_ln_deesc_half": "#AA4499",
+    "post_ln_center": "#999933",
+    "post_ln_scaled": "#CC6677",
 }
 
 VARIANT_LABELS = {
@@ -35,6 +38,9 @@ VARIANT_LABELS = {
     "post_ln": "post-LN transformer",
     "pre_ln": "pre-LN transformer",
     "post_ln_deesc": "post-LN + de-escalation (τ=1)",
+    "post_ln_deesc_half": "post-LN + de-escalation (τ=0.5)",
+    "post_ln_center": "post-LN + centred attention",
+    "post_ln_scaled": "post-LN + 1/√L branches",
 }
 
 
@@ -66,12 +72,14 @@ def use_style() -> None:
 
 
 def save(fig, directory: str | os.PathLike, name: str) -> dict[str, str]:
-    """Write fig as PNG (for HTML) and vector PDF, without timestamps, so files are byte-stable."""
+    """Write fig as PNG (for HTML), vector PDF (stand-alone) and SVG (vector, for the PDF report:
+    WeasyPrint embeds SVG but not PDF images), without timestamps, so files are byte-stable."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    png, pdf = directory / f"{name}.png", directory / f"{name}.pdf"
+    png, pdf, svg = (directory / f"{name}.{ext}" for ext in ("png", "pdf", "svg"))
     fig.savefig(png, bbox_inches="tight", metadata={"Software": None})
     fig.savefig(pdf, bbox_inches="tight",
                 metadata={"Creator": None, "Producer": None, "CreationDate": None})
+    fig.savefig(svg, bbox_inches="tight", metadata={"Creator": None, "Date": None})
     plt.close(fig)
-    return {"png": str(png), "pdf": str(pdf)}
+    return {"png": str(png), "pdf": str(pdf), "svg": str(svg)}

@@ -124,6 +124,25 @@ def _set_rng_states(gen: torch.Generator, states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def _load_checkpoint(path: str | Path, device) -> dict | None:
+    """The checkpoint's state, or None if there is none or it cannot be read.
+
+    A truncated or garbled file (the SHA-256 header of io.save_checked) is never trained on:
+    the job logs a warning and starts from scratch, and the next checkpoint replaces the file.
+    """
+    if not Path(path).exists():
+        return None
+    try:
+        state = io.load_checked(path, map_location=device)
+        if not isinstance(state, dict) or not {"step", "model", "optimiser"} <= set(state):
+            raise ValueError("not a training checkpoint")
+        return state
+    except Exception as err:  # noqa: BLE001 - any unreadable checkpoint means: start over
+        log.warning("ignoring damaged checkpoint %s (%s: %s); training from scratch", path,
+                    type(err).__name__, err)
+        return None
+
+
 def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
           checkpoint: str | Path | None = None, fingerprint: str = "",
           loss_fn=loss_and_correct) -> TrainResult:
@@ -139,9 +158,9 @@ def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
     rows: list[dict] = []
     start, diverged_step = 0, None
 
-    if checkpoint is not None and Path(checkpoint).exists():
-        state = torch.load(checkpoint, map_location=device, weights_only=False)
-        if state["fingerprint"] == fingerprint:
+    state = _load_checkpoint(checkpoint, device) if checkpoint is not None else None
+    if state is not None:
+        if state.get("fingerprint") == fingerprint:
             model.load_state_dict(state["model"])
             optimiser.load_state_dict(state["optimiser"])
             scheduler.load_state_dict(state["scheduler"])
@@ -180,7 +199,7 @@ def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
             state = {"fingerprint": fingerprint, "step": step + 1, "history": rows,
                      "model": model.state_dict(), "optimiser": optimiser.state_dict(),
                      "scheduler": scheduler.state_dict(), "rng": _rng_states(gen)}
-            io.atomic_write(checkpoint, lambda tmp, state=state: torch.save(state, tmp))
+            io.save_checked(state, checkpoint)
 
     history = pd.DataFrame(rows, columns=["step", "loss", "lr", "grad_norm", "test_loss",
                                           "test_accuracy"])

@@ -58,26 +58,3 @@ def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
     runs["accuracy"] = np.where(runs.diverged, runs.chance, runs.test_accuracy)
     return runs
 
-
-def bootstrap_seeds(values: pd.DataFrame, statistic, resamples: int = 1000, seed: int = 0,
-                    level: float = 0.95) -> tuple[float, tuple[float, float]]:
-    """statistic(values) and its percentile interval from resampling seeds with replacement.
-
-    `values` has a `seed` column; runs of one seed stay together (paired comparisons).
-    """
-    estimate = float(statistic(values))
-    seeds = values.seed.unique()
-    groups = {s: g for s, g in values.groupby("seed")}
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(resamples):
-        pick = rng.choice(seeds, size=len(seeds), replace=True)
-        sample = pd.concat([groups[s].assign(seed=i) for i, s in enumerate(pick)])
-        draws.append(statistic(sample))
-    draws = np.asarray(draws, float)
-    draws = draws[np.isfinite(draws)]
-    if len(draws) == 0:
-        return estimate, (float("nan"), float("nan"))
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(draws, [alpha, 1 - alpha])
-    return estimate, (float(lo), float(hi))

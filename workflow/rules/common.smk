@@ -91,6 +91,32 @@ EXPERIMENTS = {
         },
         "settings": ["depth_grid", "train", "tasks"],
     },
+    # Rival fixes: accuracy at the deepest depth (trained through the train rule) and t_sim at
+    # init (E1's table, which runs the same variants).
+    "E5b": {
+        "notebook": "notebooks/05b_rival_fixes.ipynb",
+        "tables": {
+            "metrics": "results/tables/E5b_metrics.parquet",
+            "init": "results/tables/E1_init.parquet",
+        },
+        "settings": ["rival_fixes", "init_sweep", "train"],
+    },
+    # E7 reads the other experiments' tables only: E1's random-init networks, E4/E5's trained
+    # networks and E6's particle model at E1's sizes, where those experiments are in the run.
+    "E7": {
+        "notebook": "notebooks/07_cross_checks.ipynb",
+        "tables": {"init": "results/tables/E1_init.parquet"}
+        | {
+            key: table
+            for key, (exp, table) in {
+                "trained_e4": ("E4", "results/tables/E4_metrics.parquet"),
+                "trained_e5": ("E5", "results/tables/E5_metrics.parquet"),
+                "particles": ("E6", "results/tables/E6_discrete.parquet"),
+            }.items()
+            if exp in config["report"]["experiments"]
+        },
+        "settings": ["init_sweep", "fit"],
+    },
 }
 
 
@@ -141,7 +167,7 @@ def particle_params(wildcards):
 
 
 def train_runs(experiment):
-    """(task, variant, depth, seed) of every training job that E2, E4 or E5 reads."""
+    """(task, variant, depth, seed) of every training job that E2, E4, E5 or E5b reads."""
     if experiment == "E2":
         p = config["paths"]
         return [
@@ -150,6 +176,14 @@ def train_runs(experiment):
             for v in p["variants"]
             for d in p["depths"]
             for s in p["seeds"]
+        ]
+    if experiment == "E5b":
+        r = config["rival_fixes"]
+        return [
+            (r["task"], v, d, s)
+            for v in r["variants"]
+            for d in r["depths"]
+            for s in r["seeds"]
         ]
     if experiment == "E4":
         e = config["escalation"]
@@ -283,7 +317,7 @@ def benchmark_files(wildcards=None):
             "results/benchmarks/collect/E6_{table}.tsv", table=PARTICLE_TABLES
         )
     training = set()
-    for experiment in {"E4", "E5"} & set(report_experiments()):
+    for experiment in {"E4", "E5", "E5b"} & set(report_experiments()):
         runs = train_runs(experiment)
         for kind in ("train_benchmark", "metrics_benchmark"):
             training |= {TRAIN_FILES[kind].format(*run) for run in runs}

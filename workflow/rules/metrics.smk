@@ -32,7 +32,7 @@ rule collect_train:
     benchmark:
         "results/benchmarks/collect/{experiment}_{kind}.tsv"
     wildcard_constraints:
-        experiment="E4|E5",
+        experiment="E4|E5|E5b",
         kind="metrics|history",
     conda:
         "../../envs/environment.yaml"

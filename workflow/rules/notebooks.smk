@@ -8,7 +8,12 @@ rule notebook:
     output:
         executed="results/notebooks/{experiment}.ipynb",
         numbers="results/numbers/{experiment}.json",
-        figures=directory("report/figures/{experiment}"),
+        figures=report(
+            directory("report/figures/{experiment}"),
+            patterns=["{name}.png"],
+            caption="../../report/templates/captions/figure.rst",
+            category="{experiment}",
+        ),
     log:
         "results/logs/notebooks/{experiment}.log",
     benchmark:

@@ -12,7 +12,14 @@ rule report:
         style="report/templates/report.css",
     output:
         html="report/report.html",
-        pdf=report_pdf(),
+        pdf=[
+            report(
+                path,
+                caption="../../report/templates/captions/report.rst",
+                category="Report",
+            )
+            for path in report_pdf()
+        ],
     log:
         "results/logs/report.log",
     conda:

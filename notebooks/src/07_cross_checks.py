@@ -1,0 +1,315 @@
+# %% [markdown]
+# # E7 — Cross-checks: three collapse statistics on the same runs
+#
+# Each paper measures "tokens growing alike" its own way:
+#
+# - Dong et al. (D21): the relative residual r(X) = ‖X − 1x̄ᵀ‖ / ‖X‖, plotted in the composite
+#   norm √(‖·‖₁‖·‖∞); r_F in the Frobenius norm;
+# - Yu & Zhang (YZ): token similarity t_sim(X) = ‖Π₁X‖²_F / ‖X‖²_F with Π₁ = (1/n)11ᵀ;
+# - Koubbi, Geshkovski & Rigollet (KGR26): clustering on the sphere, the mean pairwise inner
+#   product of the tokens — for network states, the mean cosine of the normalised tokens.
+#
+# Algebra links them: Π₁X = 1x̄ᵀ and (I − Π₁)X ⟂ Π₁X, so r_F² = 1 − t_sim exactly; and when all
+# tokens have the same norm, t_sim = 1/n + (1 − 1/n)·(mean cosine). This notebook checks both
+# numerically and measures how far the three statistics agree (rank correlations across variants
+# and layers, and the direction of each layer's change) on the runs the other experiments made:
+# E1's random-init networks, E4/E5's trained networks (and the same networks at init), and E6's
+# unscaled particle model at E1's sizes. It reads existing tables only.
+
+# %% tags=["parameters"]
+experiment = "E7"
+tables = {"init": "results/tables/E1_init.parquet"}
+settings = {
+    "init_sweep": {"depth": 32, "width": 64, "heads": 2, "tokens": 32, "batch": 16},
+    "fit": {"bootstrap": 1000},
+}
+figures_dir = "report/figures/E7"
+numbers_path = "results/numbers/E7.json"
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from rankcollapse import io, plotting
+from rankcollapse.analysis import bootstrap_over_seeds
+from rankcollapse.claims import Claim
+from rankcollapse.notebooks import section
+
+plotting.use_style()
+B = int(settings["fit"].get("bootstrap", 1000))
+n_tokens = int(settings["init_sweep"]["tokens"])
+STATS = ["relative_residual", "relative_residual_comp", "token_similarity", "mean_cosine"]
+KEYS = ["task", "variant", "depth", "seed", "stage", "sample", "layer"]
+
+init = io.read_parquet(tables["init"])
+init = init.assign(source="init_gaussian", depth=int(init.layer.max()))
+trained_parts = [io.read_parquet(tables[k]) for k in ("trained_e4", "trained_e5") if k in tables]
+if trained_parts:
+    # E4 and E5 can share training runs (same task, variant, depth, seed): keep each once.
+    grid = pd.concat(trained_parts, ignore_index=True).drop_duplicates(KEYS)
+    grid = grid[~grid.diverged]
+    grid = grid[grid.depth == grid.depth.max()]  # the deepest networks: the longest curves
+else:
+    grid = pd.DataFrame(columns=[*KEYS, *STATS])
+particles = None
+if "particles" in tables:
+    particles = io.read_parquet(tables["particles"])
+    particles = particles[particles.kind == "trajectory"]
+    # Unit tokens: t_sim = ‖x̄‖², r_F² = 1 − t_sim, mean cosine = mean pairwise inner product.
+    particles = particles.assign(
+        token_similarity=particles.mean_norm_sq, mean_cosine=particles.inner,
+        relative_residual=np.sqrt(np.clip(1 - particles.mean_norm_sq, 0, None)),
+        relative_residual_comp=np.nan, variant="particles", seed=particles.run,
+        sample=0)
+print(f"init: {len(init)} rows; trained grid: {len(grid)} rows; "
+      f"particles: {0 if particles is None else len(particles)} rows")
+
+# %% [markdown]
+# ## The three statistics side by side
+# Per layer, median over sequences and seeds. Top: random-init networks on Gaussian sequences
+# (E1), with the unscaled particle model of E6 at the same n, d and heads (grey, dash-dotted).
+# Bottom: the trained networks of E4/E5 (solid) and the same networks at initialisation
+# (dashed), on digits test images.
+
+# %%
+COLUMNS = [("relative_residual_comp", "Dong et al.: relative residual r (composite norm)"),
+           ("token_similarity", "Yu & Zhang: token similarity t_sim"),
+           ("mean_cosine", "KGR26: mean cosine of normalised tokens")]
+rows = 2 if len(grid) else 1
+fig, axes = plt.subplots(rows, 3, figsize=(11, 3.4 * rows), constrained_layout=True,
+                         squeeze=False)
+for variant, t in init.groupby("variant", sort=False):
+    med = t.groupby("layer")[STATS].median()
+    for ax, (col, _) in zip(axes[0], COLUMNS):
+        ax.plot(med.index, med[col], color=plotting.variant_color(variant), lw=1.5,
+                label=plotting.variant_label(variant))
+if particles is not None:
+    med = particles.groupby("layer")[STATS].median()
+    for ax, col in zip(axes[0], ["relative_residual", "token_similarity", "mean_cosine"]):
+        ax.plot(med.index, med[col], color="0.45", ls=(0, (5, 2, 1, 2)), lw=1.6,
+                label="KGR26 particles (r in Frobenius norm)" if col.startswith("rel") else
+                "KGR26 particles")
+if rows == 2:
+    for (variant, stage), t in grid.groupby(["variant", "stage"], sort=False):
+        med = t.groupby("layer")[STATS].median()
+        for ax, (col, _) in zip(axes[1], COLUMNS):
+            ax.plot(med.index, med[col], "-" if stage == "trained" else "--",
+                    color=plotting.variant_color(variant), lw=1.5 if stage == "trained" else 1.0,
+                    label=f"{plotting.variant_label(variant)}, {stage}")
+for r in range(rows):
+    for ax, (col, title) in zip(axes[r], COLUMNS):
+        ax.set_xlabel("layer l")
+        ax.set_title(title, fontsize=9)
+        ax.set_ylim(-0.05 if col == "mean_cosine" else 0, 1.05)
+    axes[r][0].set_ylabel(["random init, Gaussian inputs", "trained on digits (E4/E5)"][r])
+handles, labels = axes[0][0].get_legend_handles_labels()
+axes[0][2].legend(handles, labels, fontsize=7, frameon=False, loc="center left",
+                  bbox_to_anchor=(1.02, 0.5))
+if rows == 2:
+    axes[1][2].legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.02, 0.5))
+fig_side = plotting.save(fig, figures_dir, "three_statistics")
+
+# %% [markdown]
+# ## Where they agree and where they diverge
+# Rank correlations (Spearman) over the per-(variant, layer) medians of each set of runs; the
+# two identities checked on every row; and the share of layer steps of single sequences in which
+# Dong's residual and the clustering statistic move in opposite directions (a step counts when
+# both change by more than 10⁻⁹).
+
+# %%
+def medians(t: pd.DataFrame) -> pd.DataFrame:
+    return t.groupby(["variant", "layer"])[STATS].median()
+
+
+def spearman(a, b) -> float:
+    ok = np.isfinite(a) & np.isfinite(b)
+    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
+        return float("nan")
+    return float(spearmanr(a[ok], b[ok]).statistic)
+
+
+def min_agreement(t: pd.DataFrame) -> float:
+    """Smallest pairwise Spearman correlation of r_comp, 1 − t_sim and 1 − mean cosine."""
+    m = medians(t)
+    pairs = [(m.relative_residual_comp, 1 - m.token_similarity),
+             (m.relative_residual_comp, 1 - m.mean_cosine),
+             (1 - m.token_similarity, 1 - m.mean_cosine)]
+    return min(spearman(a.to_numpy(), b.to_numpy()) for a, b in pairs)
+
+
+def opposite_steps(t: pd.DataFrame, residual: str) -> float:
+    """Share of layer steps where the residual and the mean cosine move the same way
+    (one says 'more collapsed', the other 'less')."""
+    keys = [k for k in ("variant", "depth", "stage", "seed", "sample") if k in t]
+    t = t.sort_values([*keys, "layer"])
+    d_res = t.groupby(keys)[residual].diff()
+    d_cos = t.groupby(keys)["mean_cosine"].diff()
+    moved = (d_res.abs() > 1e-9) & (d_cos.abs() > 1e-9)
+    return float(((np.sign(d_res) == np.sign(d_cos)) & moved).sum() / max(moved.sum(), 1))
+
+
+# name -> (rows, tokens n where recorded, machine epsilon of the precision the run used)
+EPS64, EPS32 = float(np.finfo(np.float64).eps), float(np.finfo(np.float32).eps)
+init_eps = float(np.finfo(settings["init_sweep"].get("dtype", "float64")).eps)
+SETS = {"random init, Gaussian inputs (E1)": (init, n_tokens, init_eps)}
+if len(grid):  # the task models run in float32
+    SETS["trained on digits (E4/E5)"] = (grid[grid.stage == "trained"], None, EPS32)
+    SETS["the same networks at init, digits"] = (grid[grid.stage == "init"], None, EPS32)
+if particles is not None:
+    SETS["KGR26 particles, E1's sizes (E6)"] = (particles, int(particles.n.iloc[0]), EPS64)
+
+rows, numbers = [], {}
+for name, (t, n, eps) in SETS.items():
+    m = medians(t)
+    identity = float((t.relative_residual**2 - (1 - t.token_similarity)).abs().max())
+    equal_norm = (float((t.token_similarity - (1 / n + (1 - 1 / n) * t.mean_cosine)).abs().max())
+                  if n else float("nan"))
+    residual = "relative_residual" if t.relative_residual_comp.isna().all() \
+        else "relative_residual_comp"
+    stats = {
+        "points": len(m),
+        "rho_comp_fro": spearman(m.relative_residual_comp.to_numpy(),
+                                 m.relative_residual.to_numpy()),
+        "rho_res_tsim": spearman(m[residual].to_numpy(), 1 - m.token_similarity.to_numpy()),
+        "rho_res_cos": spearman(m[residual].to_numpy(), 1 - m.mean_cosine.to_numpy()),
+        "rho_tsim_cos": spearman(m.token_similarity.to_numpy(), m.mean_cosine.to_numpy()),
+        "identity_error": identity,
+        "identity_error_eps": identity / eps,
+        "equal_norm_gap": equal_norm,
+        "opposite_steps_comp": opposite_steps(t, "relative_residual_comp")
+        if residual == "relative_residual_comp" else float("nan"),
+        "opposite_steps_fro": opposite_steps(t, "relative_residual"),
+    }
+    numbers[name] = stats
+    fmt = lambda v, spec: "—" if not np.isfinite(v) else format(v, spec)  # noqa: E731
+    rows.append({
+        "runs": name,
+        "variant × layer points": stats["points"],
+        "ρ(r_comp, r_F)": fmt(stats["rho_comp_fro"], ".3f"),
+        "ρ(r, 1 − t_sim)": fmt(stats["rho_res_tsim"], ".3f"),
+        "ρ(r, 1 − cos)": fmt(stats["rho_res_cos"], ".3f"),
+        "ρ(t_sim, cos)": fmt(stats["rho_tsim_cos"], ".3f"),
+        "max |r_F² − (1 − t_sim)|": fmt(identity, ".1e"),
+        "max |t_sim − 1/n − (1 − 1/n)·cos|": fmt(equal_norm, ".1e"),
+        "steps r_comp, cos disagree": fmt(100 * stats["opposite_steps_comp"], ".1f") + " %",
+        "steps r_F, cos disagree": fmt(100 * stats["opposite_steps_fro"], ".1f") + " %",
+    })
+agreement = pd.DataFrame(rows)
+table_html = agreement.to_html(index=False, border=0, classes="data")
+agreement
+
+# %% [markdown]
+# Per variant at random init: the largest gap to the equal-norm relation shows which
+# architectures let token norms spread (then the cosine and t_sim part ways), and the share of
+# layer steps in which each residual moves against the cosine.
+
+# %%
+gap_by_variant = (init.assign(gap=(init.token_similarity
+                                   - (1 / n_tokens + (1 - 1 / n_tokens) * init.mean_cosine)).abs())
+                  .groupby("variant", sort=False).gap.max())
+steps_by_variant = pd.DataFrame({
+    residual: {v: opposite_steps(t, residual) for v, t in init.groupby("variant", sort=False)}
+    for residual in ("relative_residual_comp", "relative_residual")})
+pd.concat([gap_by_variant.rename("equal-norm gap"), steps_by_variant], axis=1)
+
+# %% [markdown]
+# ## Claims
+
+# %%
+identity_all = max(s["identity_error"] for s in numbers.values())
+identity_eps = max(s["identity_error_eps"] for s in numbers.values())
+rows_checked = sum(len(t) for t, _, _ in SETS.values())
+init_rho, init_ci = bootstrap_over_seeds(init, min_agreement, B)
+claims = [
+    Claim("E7.residual_equals_similarity",
+          "Dong et al.'s Frobenius relative residual and Yu & Zhang's token similarity are one "
+          "quantity: r_F² = 1 − t_sim (to round-off) on every layer of every run.",
+          "Dong et al. 2021 §2 and Yu & Zhang §3 (definitions); identity derived here",
+          "max |r_F² − (1 − t_sim)| over all rows of all run sets, in units of the machine "
+          "epsilon of the run's precision (float64 at init and for particles, float32 trained)",
+          identity_eps, None, 0.0, 64.0, "identity (not stated in either paper)",
+          reason=f"largest deviation {identity_eps:.1f} ε ({identity_all:.1e}) over "
+                 f"{rows_checked} rows: round-off"),
+    Claim("E7.agree_at_init",
+          "At random initialisation the three papers' statistics order variants and layers the "
+          "same way (collapse by one measure is collapse by the others).",
+          "cross-check of Dong et al. Fig. 1, Yu & Zhang §3 and KGR26 (clustering)",
+          f"smallest pairwise Spearman ρ of r_comp, 1 − t_sim, 1 − cos over variant × layer "
+          f"medians (95% CI, {B} bootstrap resamples over seeds)",
+          init_rho, init_ci, 0.9, 1.0, None,
+          reason=f"smallest rank correlation {init_rho:.3f} across "
+                 f"{numbers['random init, Gaussian inputs (E1)']['points']} variant × layer points"),
+]
+if len(grid):
+    trained = grid[grid.stage == "trained"]
+    rho, ci = bootstrap_over_seeds(trained, min_agreement, B)
+    claims.append(Claim(
+        "E7.agree_trained",
+        "After training, the three statistics still order variants and layers the same way.",
+        "cross-check of Yu & Zhang §4 (trained networks) with Dong et al. and KGR26",
+        f"smallest pairwise Spearman ρ over variant × layer medians of trained networks (95% CI, "
+        f"{B} bootstrap resamples over seeds)", rho, ci, 0.9, 1.0, None,
+        reason=f"smallest rank correlation {rho:.3f} on {len(trained.seed.unique())} seeds"))
+else:
+    claims.append(Claim(
+        "E7.agree_trained",
+        "After training, the three statistics still order variants and layers the same way.",
+        "cross-check of Yu & Zhang §4 (trained networks) with Dong et al. and KGR26",
+        "smallest pairwise Spearman ρ over trained networks", None, None, 0.9, 1.0, None,
+        reason="no trained networks in this run (E4/E5 not in report.experiments)"))
+if particles is not None:
+    gap = numbers["KGR26 particles, E1's sizes (E6)"]["equal_norm_gap"]
+    claims.append(Claim(
+        "E7.sphere_clustering_is_similarity",
+        "On the sphere, KGR26's clustering statistic is Yu & Zhang's token similarity up to an "
+        "affine map: t_sim = 1/n + (1 − 1/n)·(mean pairwise inner product).",
+        "KGR26 (particles on the sphere) and Yu & Zhang §3; identity derived here",
+        "max |t_sim − 1/n − (1 − 1/n)·⟨xᵢ, xⱼ⟩| over the particle trajectories", gap, None,
+        0.0, 1e-6, "identity (not stated in either paper)",
+        reason=f"largest deviation {gap:.1e}: round-off"))
+pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+
+# %%
+worst_variant = gap_by_variant.idxmax()
+worst_steps = steps_by_variant.relative_residual_comp.idxmax()
+init_steps = numbers["random init, Gaussian inputs (E1)"]
+summary_text = (
+    f"On every layer of every run, r_F² = 1 − t_sim holds to round-off ({identity_eps:.0f} machine "
+    f"epsilons at most), so Dong et al.'s "
+    f"Frobenius residual and Yu & Zhang's token similarity are one statistic. The three papers' "
+    f"measures order variants and layers alike: at random init the smallest rank correlation "
+    f"among them is {init_rho:.2f} [{init_ci[0]:.2f}, {init_ci[1]:.2f}]"
+    + (f", after training {claims[2].measured:.2f}" if claims[2].measured is not None else "")
+    + ". They part ways only where token norms differ: mean cosine and t_sim are affinely "
+    f"equivalent for equal-norm tokens (on the sphere to round-off), and the gap is largest for "
+    f"{plotting.variant_label(worst_variant)} ({gap_by_variant.max():.3f}). Layer by layer, Dong "
+    f"et al.'s composite-norm residual moves against the clustering statistic in "
+    f"{100 * init_steps['opposite_steps_comp']:.0f} % of steps at init (most for "
+    f"{plotting.variant_label(worst_steps)}, {100 * steps_by_variant.relative_residual_comp.max():.0f} %), "
+    f"the Frobenius residual in {100 * init_steps['opposite_steps_fro']:.1f} %: the divergence "
+    f"comes from the composite norm, not from what the papers measure."
+)
+print(summary_text)
+io.write_json(section(
+    experiment, "Cross-checks: three collapse statistics on the same runs",
+    "all three papers (cross-checks)", summary_text,
+    figures=[{"name": "three_statistics", **fig_side, "caption":
+              "Dong et al.'s relative residual (composite norm), Yu & Zhang's token similarity "
+              "t_sim and KGR26's clustering statistic (mean cosine of the normalised tokens) per "
+              "layer, on the same runs; median over sequences and seeds. Top: random-init "
+              "networks on Gaussian sequences (E1) and E6's unscaled particle model at the same "
+              "sizes (grey, dash-dotted; its residual in the Frobenius norm). Bottom: E4/E5's trained "
+              "networks (solid) and the same networks at initialisation (dashed), on digits."}],
+    tables=[{"caption": "Agreement of the three statistics per set of runs: Spearman rank "
+             "correlations over variant × layer medians (r is the composite residual where "
+             "available, Frobenius for particles), the two identities' largest deviations "
+             "(the equal-norm relation is exact only when all tokens have the same norm; "
+             "— where n is not recorded), and the share of single-sequence layer steps in which "
+             "r and the mean cosine move in opposite senses of collapse.", "html": table_html}],
+    claims=claims,
+    numbers={"agreement": numbers, "identity_max_error": identity_all,
+             "equal_norm_gap_by_variant": gap_by_variant.to_dict(),
+             "opposite_steps_by_variant": steps_by_variant.to_dict(orient="index")},
+), numbers_path)

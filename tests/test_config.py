@@ -33,6 +33,20 @@ BAD_CONFIGS = [
     ("unknown_experiment", "report: {experiments: [E99]}\n", ["report.experiments[0]", "E99"]),
     ("bad_device", "device: tpu\n", ["device", "'cuda'"]),
     ("variant_missing_switch", "variants: {half: {skip: true}}\n", ["variants.half", "mlp"]),
+    ("zero_training_steps", "train: {steps: 0}\n", ["train.steps", "minimum"]),
+    ("empty_depth_grid", "depth_grid: {depths: []}\n", ["depth_grid.depths", "non-empty"]),
+    ("unknown_task", "escalation: {task: imagenet}\n", ["escalation.task", "imagenet", "digits"]),
+    ("undefined_rival_variant", "rival_fixes: {variants: [post_ln, rezero]}\n",
+     ["rival_fixes.variants", "rezero", "is not defined"]),
+    ("unknown_real_model", "realarch: {models: [bert, gpt2]}\n", ["realarch.models", "gpt2"]),
+    ("negative_seed", "depth_grid: {seeds: [-1]}\n", ["depth_grid.seeds[0]", "minimum"]),
+    ("bad_variant_name", "variants: {'../escape': {skip: true, mlp: true, norm: post}}\n",
+     ["variants", "../escape", "does not match"]),
+    ("string_for_boolean", "variants: {odd: {skip: 'yes', mlp: true, norm: post}}\n",
+     ["variants.odd.skip", "not of type 'boolean'"]),
+    ("learning_rate_text", "train: {lr: fast}\n", ["train.lr", "not of type 'number'"]),
+    ("code_in_a_value", "init_sweep: {depth: \"__import__('os').system('touch pwned')\"}\n",
+     ["init_sweep.depth", "not of type 'integer'"]),
 ]
 
 
@@ -67,6 +81,7 @@ def test_bad_config_stops_before_any_job(workdir, name, text, fragments):
         assert fragment in proc.stdout, f"{fragment!r} not in:\n{proc.stdout[-3000:]}"
     assert "Select jobs to execute" not in proc.stdout  # nothing was scheduled
     assert tree_checksum(workdir / "results") == before
+    assert not (workdir / "pwned").exists()  # config values are data, never evaluated
 
 
 @pytest.mark.workflow

@@ -128,3 +128,15 @@ def test_notebook_parameters_must_be_plain_json(tmp_path):
         notebooks.run("unused.ipynb", tmp_path / "out.ipynb", {"path": Path("x")})
     with pytest.raises(TypeError, match="JSON"):
         notebooks.run("unused.ipynb", tmp_path / "out.ipynb", {"x": float("nan")})
+
+
+@pytest.mark.workflow
+@pytest.mark.slow
+def test_two_training_jobs_at_once_give_the_numbers_of_one_at_a_time(tmp_path, ci_run):
+    """ci_run trains with --cores 2 (two jobs at once); here the same jobs run one by one."""
+    work = copy_project(tmp_path / "project")
+    targets = ["results/tables/E5_metrics.parquet", "results/tables/E5_history.parquet"]
+    run_snakemake(work, *CI_PROFILE, "--cores", "1", *targets)
+    for target in targets:
+        pd.testing.assert_frame_equal(pd.read_parquet(work / target),
+                                      pd.read_parquet(ci_run / target), check_exact=True)

@@ -193,7 +193,8 @@ for name, (t, n, eps) in SETS.items():
         "ρ(t_sim, cos)": fmt(stats["rho_tsim_cos"], ".3f"),
         "max |r_F² − (1 − t_sim)|": fmt(identity, ".1e"),
         "max |t_sim − 1/n − (1 − 1/n)·cos|": fmt(equal_norm, ".1e"),
-        "steps r_comp, cos disagree": fmt(100 * stats["opposite_steps_comp"], ".1f") + " %",
+        "steps r_comp, cos disagree": fmt(100 * stats["opposite_steps_comp"], ".1f") + " %"
+        if np.isfinite(stats["opposite_steps_comp"]) else "—",
         "steps r_F, cos disagree": fmt(100 * stats["opposite_steps_fro"], ".1f") + " %",
     })
 agreement = pd.DataFrame(rows)
@@ -282,7 +283,7 @@ summary_text = (
     f"measures order variants and layers alike: at random init the smallest rank correlation "
     f"among them is {init_rho:.2f} [{init_ci[0]:.2f}, {init_ci[1]:.2f}]"
     + (f", after training {claims[2].measured:.2f}" if claims[2].measured is not None else "")
-    + ". They part ways only where token norms differ: mean cosine and t_sim are affinely "
+    + ". The mean cosine and t_sim part ways only where token norms differ: they are affinely "
     f"equivalent for equal-norm tokens (on the sphere to round-off), and the gap is largest for "
     f"{plotting.variant_label(worst_variant)} ({gap_by_variant.max():.3f}). Layer by layer, Dong "
     f"et al.'s composite-norm residual moves against the clustering statistic in "

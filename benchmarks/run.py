@@ -53,5 +53,28 @@ def main(names: list[str]) -> int:
     return 1 if failed else 0
 
 
+def table() -> str:
+    """The latest results.json as the Markdown table of benchmarks/README.md."""
+    import json
+
+    data = json.loads((HERE / "results.json").read_text())
+    lines = ["| id | measured | target | met |", "|---|---|---|---|"]
+    for name, (_, key, label) in SUITE.items():
+        if name not in data:
+            continue
+        entry = data[name]
+        value = entry.get(key)
+        shown = f"{value:.3g}" if isinstance(value, int | float) else "—"
+        met = {True: "yes", False: "**no**", None: "—"}[entry.get("met")]
+        lines.append(f"| {name} | {label}: {shown} | {entry.get('target', '—')} | {met} |")
+    any_entry = next(iter(data.values()))
+    lines.append("")
+    lines.append(f"Machine: {any_entry['machine']}; measured {any_entry['date']}.")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--table"]:
+        print(table())
+        sys.exit(0)
     sys.exit(main(sys.argv[1:]))

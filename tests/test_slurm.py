@@ -46,7 +46,10 @@ def slurm_run(slurm_conf, tmp_path_factory):
             # The test cluster has no accounting database: poll squeue, submit without account.
             "--slurm-status-command", "squeue", "--slurm-no-account",
             "--slurm-init-seconds-before-status-checks", "2",
-            "--jobs", "4",
+            "--seconds-between-status-checks", "2",  # a test cluster answers at once
+            "--jobs", "8",
+            # A bundle of N tiny jobs asks for N CPUs; the test node declares 4 per core.
+            "--group-components", "init=2", "particles=2", "metrics=2",
             # The local run trains with 1 thread; the same thread count gives the same floats.
             "--set-threads", "train=1",
             timeout=1800,

@@ -11,10 +11,13 @@ stop() {  # pid file
   fi
   rm -f "$1"
 }
+for f in slurm.conf gres.conf; do
+  [ "$(readlink "/etc/slurm/$f" 2>/dev/null)" = "$DIR/$f" ] && rm -f "/etc/slurm/$f"
+done
 stop "$DIR/slurmd.pid"
 stop "$DIR/slurmctld.pid"
 if [ -f "$DIR/munge/started-by-us" ]; then
-  stop "$DIR/munge/munged.pid"
+  stop "$(cat "$DIR/munge/started-by-us")"
   rm -f "$DIR/munge/started-by-us"
 fi
 exit 0

@@ -17,8 +17,16 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   apt-get install -y -qq slurm-wlm munge >/dev/null
 fi
 
+if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
+  # Another cluster on this machine would answer on the same ports and silently take the jobs.
+  echo "slurmctld/slurmd already running (pids: $(pgrep -d' ' -x 'slurmctld|slurmd')); stop them first" >&2
+  exit 1
+fi
+
 HOST=$(hostname -s)
-CPUS=$(nproc)
+# Declare 4 CPUs per core: the test's jobs are mostly interpreter start-up and I/O, and each
+# bundle of N tiny jobs asks for N CPUs (config_overrides lets slurmd accept the count).
+CPUS=$(( 4 * $(nproc) ))
 MEM_MB=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 8 / 10 ))
 touch "$DIR"/dev/gpu0 "$DIR"/dev/gpu1  # stand-ins for /dev/nvidia0,1: scheduling only
 
@@ -37,6 +45,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
+SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
@@ -57,12 +66,22 @@ cat > "$DIR/gres.conf" <<CONF
 NodeName=$HOST Name=gpu File=$DIR/dev/gpu[0-1]
 CONF
 export SLURM_CONF=$DIR/slurm.conf
+# Job steps (the executor runs `srun` inside each job) look for the default path, not for
+# SLURM_CONF: point /etc/slurm at this cluster while it runs (slurm-down.sh removes the links).
+for f in slurm.conf gres.conf; do
+  if [ -e "/etc/slurm/$f" ] && [ ! -L "/etc/slurm/$f" ]; then
+    echo "/etc/slurm/$f exists and is not ours; refusing to replace it" >&2
+    exit 1
+  fi
+  mkdir -p /etc/slurm && ln -sfn "$DIR/$f" "/etc/slurm/$f"
+done
 
 # munge: its own daemon as the munge user, with a socket and pid file of ours.
 if ! munge -n >/dev/null 2>&1 || ! munge -n | unmunge >/dev/null 2>&1; then
-  mkdir -p /run/munge && chown munge:munge /run/munge "$DIR/munge"
-  runuser -u munge -- /usr/sbin/munged --pid-file="$DIR/munge/munged.pid"
-  echo started > "$DIR/munge/started-by-us"
+  # munged runs as the munge user, who cannot enter a private (0700) DIR: pid file in /run/munge.
+  mkdir -p /run/munge && chown munge:munge /run/munge
+  runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/rankcollapse-munged.pid
+  echo /run/munge/rankcollapse-munged.pid > "$DIR/munge/started-by-us"
 fi
 for _ in $(seq 50); do munge -n | unmunge >/dev/null 2>&1 && break; sleep 0.1; done
 

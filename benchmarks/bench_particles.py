@@ -11,19 +11,17 @@ in the same run. Writes (merges) its entry into benchmarks/results.json.
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-from datetime import UTC, datetime
-from pathlib import Path
 
 import torch
 import torch.utils.benchmark as tb
 
-from rankcollapse import io
 from rankcollapse.particles import simulate_particles, simulate_particles_loop
 
-RESULTS = Path(__file__).resolve().parent / "results.json"
-NAME = "particles"
+try:
+    from common import record
+except ImportError:
+    from .common import record
+
 # Small enough for the loop reference to finish in seconds, large enough to be compute-bound-ish.
 CASE = dict(n=16, d=16, H=4, L=8, eta=0.3, beta=1.0, runs=8, seed=0, record_every=1)
 MATMUL_N = 1024
@@ -48,12 +46,10 @@ def matmul_rate(threads: int) -> float:
     return 2 * MATMUL_N**3 / seconds
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
+def run(threads: int | None = None) -> dict:
+    if threads is not None:
+        torch.set_num_threads(threads)
+    threads = torch.get_num_threads()
     fast = simulate_particles(**CASE)
     slow = simulate_particles_loop(**CASE)
     max_diff = float((fast.final - slow.final).abs().max())
@@ -61,39 +57,43 @@ def main() -> None:
 
     t_fast = median_time(lambda: simulate_particles(**CASE), 2.0)
     t_slow = median_time(lambda: simulate_particles_loop(**CASE), 2.0)
-    peak = matmul_rate(args.threads)
-    flops = layer_flops(**CASE) * CASE["L"]
-    achieved = flops / t_fast
+    peak = matmul_rate(threads)
+    achieved = layer_flops(**CASE) * CASE["L"] / t_fast
     entry = {
+        "what": "particle simulator, vectorised vs per-token loop, float64",
         "case": CASE,
-        "threads": args.threads,
+        "threads": threads,
         "vectorised_median_s": t_fast,
         "loop_median_s": t_slow,
-        "speed_ratio": t_slow / t_fast,
-        "target_ratio": 50,
+        "speedup": t_slow / t_fast,
+        "target": ">= 50",
+        "met": t_slow / t_fast >= 50,
         "achieved_flops": achieved,
         "matmul_flops_float64": peak,
         "fraction_of_matmul": achieved / peak,
         "max_abs_difference": max_diff,
-        "code_version": io.code_version(),
-        "torch": torch.__version__,
-        "machine": platform.processor() or platform.machine(),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    return record("B3_particles", entry)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    entry = run(args.threads)
+    t_fast, t_slow, peak = entry["vectorised_median_s"], entry["loop_median_s"], \
+        entry["matmul_flops_float64"]
     rows = [
         ("vectorised simulator", f"{t_fast * 1e3:10.2f} ms"),
         ("per-token loop", f"{t_slow * 1e3:10.2f} ms"),
-        ("speed ratio (target >= 50)", f"{entry['speed_ratio']:10.1f} x"),
-        ("achieved float64 FLOP/s", f"{achieved / 1e9:10.3f} GFLOP/s"),
+        ("speed ratio (target >= 50)", f"{entry['speedup']:10.1f} x"),
+        ("achieved float64 FLOP/s", f"{entry['achieved_flops'] / 1e9:10.3f} GFLOP/s"),
         (f"float64 matmul {MATMUL_N}^3", f"{peak / 1e9:10.3f} GFLOP/s"),
         ("fraction of matmul rate", f"{entry['fraction_of_matmul']:10.3%}"),
     ]
     print(f"particles benchmark: {CASE}, {args.threads} thread(s)")
     for label, value in rows:
         print(f"  {label:<30}{value}")
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[NAME] = entry
-    io.write_json(results, RESULTS)
 
 
 if __name__ == "__main__":

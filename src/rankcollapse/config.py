@@ -19,6 +19,17 @@ class ConfigError(ValueError):
     """A config problem, reported before any job runs."""
 
 
+def from_fields(cls, values: dict, what: str):
+    """cls(**values) for a dataclass, failing fast with the unknown keys and the allowed ones."""
+    from dataclasses import fields
+
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise KeyError(f"unknown {what} option(s) {unknown}; allowed: {sorted(known)}")
+    return cls(**values)
+
+
 def _where(path) -> str:
     out = ""
     for part in path:

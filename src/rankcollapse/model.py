@@ -14,7 +14,7 @@ config (workflow/config/*.yaml), and `PRESETS` below holds the same set for libr
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Literal, NamedTuple
 
 import torch
@@ -60,11 +60,9 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
         """Build a config, failing fast on keys that are not fields (a typo is an error)."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise KeyError(f"unknown model option(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**values)
+        from .config import from_fields
+
+        return from_fields(cls, values, "model")
 
     def to_dict(self) -> dict:
         return asdict(self)

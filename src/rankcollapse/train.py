@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +45,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise KeyError(f"unknown training option(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**values)
+        from .config import from_fields
+
+        return from_fields(cls, values, "training")
 
 
 @dataclass

@@ -14,7 +14,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
 
-.PHONY: venv reproduce snakemake-report test bench lint dryrun clean-results help
+.PHONY: venv reproduce snakemake-report test bench lint dryrun notebooks clean-results help
 
 help:
 	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
@@ -22,6 +22,7 @@ help:
 	@echo "make test        set up .venv, run the test suite"
 	@echo "make bench       the performance suite (benchmarks/README.md)"
 	@echo "make lint        ruff, snakefmt --check, snakemake --lint"
+	@echo "make notebooks   regenerate notebooks/*.ipynb from notebooks/src/*.py (jupytext --sync)"
 	@echo "Variables: CORES=N  CONFIG=workflow/config/paper.yaml  SNAKEMAKE_ARGS='...'  PYTEST_ARGS='...'"
 
 venv: $(STAMP)
@@ -54,6 +55,11 @@ lint: $(STAMP)
 	$(PY) -m ruff check src tests workflow/scripts benchmarks
 	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
 	$(VENV)/bin/snakemake --lint --cores 1
+
+# The percent-format sources notebooks/src/*.py are what is reviewed; the .ipynb files that
+# papermill runs are generated from them (paired in notebooks/jupytext.toml).
+notebooks: $(STAMP)
+	$(VENV)/bin/jupytext --sync notebooks/src/[0-9]*.py
 
 dryrun: $(STAMP)
 	$(VENV)/bin/snakemake -n --cores $(CORES) $(CONFIG_ARG)

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python (rankcollapse)
+#     language: python
+#     name: rankcollapse
+# ---
+
 # %% [markdown]
 # # E1 — Rank collapse at initialisation (Dong, Cordonnier & Loukas, ICML 2021)
 #

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python (rankcollapse)
+#     language: python
+#     name: rankcollapse
+# ---
+
 # %% [markdown]
 # # E1b — Real architectures at initialisation (Dong, Cordonnier & Loukas 2021, Fig. 2)
 #

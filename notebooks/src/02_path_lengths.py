@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python (rankcollapse)
+#     language: python
+#     name: rankcollapse
+# ---
+
 # %% [markdown]
 # # E2 — Which paths carry the computation (Dong, Cordonnier & Loukas, ICML 2021, §4)
 #

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python (rankcollapse)
+#     language: python
+#     name: rankcollapse
+# ---
+
 # %% [markdown]
 # # E3 — Circular trajectories (Dong, Cordonnier & Loukas, ICML 2021, §4)
 #

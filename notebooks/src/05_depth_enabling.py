@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python (rankcollapse)
+#     language: python
+#     name: rankcollapse
+# ---
+
 # %% [markdown]
 # # E5 — Depth-enabling: post-norm, pre-norm and de-escalation (Yu & Zhang, arXiv 2312.06182)
 #

@@ -1,3 +1,11 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python (rankcollapse)
+#     language: python
+#     name: rankcollapse
+# ---
+
 # %% [markdown]
 # # E7 — Cross-checks: three collapse statistics on the same runs
 #

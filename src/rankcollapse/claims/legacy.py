@@ -1,4 +1,5 @@
-"""The claims ledger: a paper's claim, our measurement, and a verdict decided by code.
+"""TRANSITION (removed once every notebook measures registered claims): the old Claim row,
+whose statement and range were set in the notebook.
 
 Verdict rule (also printed in the report's methods section): a claim states the range
 [low, high] that its measured quantity must lie in for the claim to hold. With the measured value
@@ -14,9 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "not testable")
-
-VERDICT_RULE = (
+_OLD_RULE = (
     "Each claim names the range [low, high] its measured quantity must lie in. Reproduced: the "
     "measurement's whole 95% interval lies in the range; partly: the point estimate lies in it but "
     "the interval does not; not reproduced: the point estimate lies outside; not testable: no "
@@ -24,7 +23,7 @@ VERDICT_RULE = (
 )
 
 
-def verdict(measured: float | None, interval: tuple[float, float] | None,
+def _old_verdict(measured: float | None, interval: tuple[float, float] | None,
             low: float = -math.inf, high: float = math.inf) -> str:
     """Apply the verdict rule of this module's docstring."""
     if measured is None or not math.isfinite(measured):
@@ -50,7 +49,7 @@ class Claim:
     verdict: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.verdict = verdict(self.measured, self.interval, self.low, self.high)
+        self.verdict = _old_verdict(self.measured, self.interval, self.low, self.high)
 
     @property
     def criterion(self) -> str:

@@ -1,29 +1,31 @@
 """Random multi-head attention on the sphere and its homogenized limits [KGR26].
 
-Koubbi, Geshkovski, Rigollet, *Homogenized Transformers* (arXiv 2604.01978, 2026).
+Koubbi, Geshkovski, Rigollet, *Homogenized Transformers* (arXiv 2604.01978, 2026). Equations and
+theorems are cited by the paper's LaTeX labels (``eq:update_tokens``, ``cor:SDE``, ...).
 
-The model: ``n`` tokens on the unit sphere ``S^{d-1}``; at every layer and for every head, fresh
-Gaussian ``Q, K, V`` (entries ``N(0, 1/d)``) are drawn; the residual update is
+The model (``eq:update_tokens``): ``n`` tokens on the unit sphere ``S^{d-1}``; at every layer and
+for every head ``h`` fresh weights ``theta_h = (V_h, A_h)`` are drawn, and
 
-    x_i  <-  Proj_S( x_i + eta * c_H * sum_h V_h sum_j softmax_j(beta <Q_h x_i, K_h x_j>) x_j ),
+    x_i  <-  N( x_i + (eta / H) sum_h V_h m_{beta, A_h}[mu_X](x_i) ),      N(x) = x / |x|,
 
-with ``Proj_S(x) = x / |x|`` and ``c_H`` the head normalisation (``"sum"``: 1, ``"sqrt"``:
-``H^-1/2``, ``"mean"``: ``H^-1``). All simulations are batched over independent runs (weight
-draws): a state is a tensor of shape ``(runs, n, d)`` in float64.
+with the softmax barycentre ``m_{beta,A}[mu](z) = sum_k e^{beta <A z, x_k>} x_k / sum_k
+e^{beta <A z, x_k>}``. Heads are **averaged** (``head_norm="mean"``, the paper's convention and
+the default); ``"sum"`` (c_H = 1) and ``"sqrt"`` (c_H = H^{-1/2}) are our variants. Weights follow
+the paper's Gaussian law (G) with ``sigma_V^2 = sigma_A^2 = 1/d``: we draw ``Q, K, V`` with
+``N(0, 1/d)`` entries and score ``<Q x_i, K x_k> = <A x_i, x_k>`` with ``A = K^T Q`` (a product
+``W W'^T`` of two independent Gaussian matrices), so our ``beta`` is the paper's effective
+temperature ``beta_eff = beta d sigma_A^2``.
 
-What is read from the paper (abstract and public summaries; the full text could not be read
-here) and what is derived in ``notebooks/06_homogenized_derivation.md``:
+Fast sampling, same law: a layer uses its weights only through ``Q X^T, K X^T, V X^T``. For
+``G`` with i.i.d. ``N(0, 1/d)`` entries and ``X^T = U R`` (thin QR, ``U`` with orthonormal columns),
+``G X^T = (G U) R`` and ``G U`` again has i.i.d. ``N(0, 1/d)`` entries, so ``d min(n, d)`` normals
+per matrix replace ``d^2`` (:func:`sample_projections`). At ``beta = 0`` every token sees the same
+barycentre ``xbar`` and the head average ``(1/H) sum_h V_h xbar`` is exactly ``N(0, |xbar|^2/(d H)
+I_d)``: a layer costs O(n d) (:func:`barycentre_update`). ``sampling="weights"`` draws the full
+matrices instead (the per-token loop reference draws the same numbers).
 
-* paper: weights resampled per layer and per head; tokens on the sphere; joint scalings of depth
-  ``L``, step ``eta`` and heads ``H`` give a deterministic limit or a stochastic limit with
-  common noise; in the Gaussian case the limiting drift vanishes.
-* derived here: the per-layer increment has mean 0 and covariance
-  ``eta^2 c_H^2 H (C(X)/d) (x) I_d`` with ``C_ik(X) = E_{Q,K} <a_i, a_k>`` (``a_i`` the attention
-  average of token ``i``); hence the named scalings of :func:`step_size`, the SDE solved by
-  :func:`simulate_limit` (tangent common noise plus the Ito drift of the projection) and the
-  heuristic collapse criterion :func:`antipodal_exponent`.
-
-No file I/O, no paths: callers (workflow scripts) turn the returned arrays into tables.
+All simulations are batched over independent runs (weight draws): a state is ``(runs, n, d)``
+in float64. No file I/O, no paths: callers turn the returned arrays into tables.
 """
 
 from __future__ import annotations
@@ -39,49 +41,47 @@ from torch import Tensor
 
 from .metrics import mean_token_norm_sq  # |mean_i x_i|^2, (..., n, d) -> (...)
 
-Regime = Literal["deterministic", "stochastic"]
-HeadNorm = Literal["sum", "sqrt", "mean"]
+Regime = Literal["ballistic", "diffusive"]
+HeadNorm = Literal["mean", "sum", "sqrt"]
+Sampling = Literal["fast", "weights"]
 
-REGIMES: tuple[str, ...] = ("deterministic", "stochastic")
-HEAD_NORMS: tuple[str, ...] = ("sum", "sqrt", "mean")
+REGIMES: tuple[str, ...] = ("ballistic", "diffusive")
+HEAD_NORMS: tuple[str, ...] = ("mean", "sum", "sqrt")  # "mean" is the paper's; the others ours
+SAMPLINGS: tuple[str, ...] = ("fast", "weights")
 DTYPE = torch.float64  # round-off must stay far below the 1e-12 norm tolerance over many layers
 
 
 # --------------------------------------------------------------------------------------------
-# scalings
+# scalings (cor:ode1, cor:SDE)
 # --------------------------------------------------------------------------------------------
 
 
-def head_scale(H: int, head_norm: HeadNorm = "sum") -> float:
+def head_scale(H: int, head_norm: HeadNorm = "mean") -> float:
     """The factor ``c_H`` multiplying the sum of the ``H`` head outputs.
 
-    ``"sum"`` (c_H = 1) is the plain head sum of DESIGN.md's update rule; ``"sqrt"`` and
-    ``"mean"`` are the other two conventions. With H i.i.d. zero-mean heads the combined output
-    has covariance ``c_H^2 H Sigma(X)``, so the three only re-parametrise ``eta``
-    (see :func:`step_size`).
+    ``"mean"``: ``1/H``, the paper's head average (``eq:update_tokens``). ``"sum"`` (1) and
+    ``"sqrt"`` (``H^{-1/2}``) are our variants; with H i.i.d. zero-mean heads they only
+    re-parametrise ``eta`` (see :func:`step_size`).
     """
     if H < 1:
         raise ValueError(f"H must be >= 1, got {H}")
+    if head_norm == "mean":
+        return 1.0 / H
     if head_norm == "sum":
         return 1.0
     if head_norm == "sqrt":
         return 1.0 / math.sqrt(H)
-    if head_norm == "mean":
-        return 1.0 / H
     raise ValueError(f"head_norm must be one of {HEAD_NORMS}, got {head_norm!r}")
 
 
-def step_size(regime: Regime, L: int, H: int, T: float, head_norm: HeadNorm = "sum") -> float:
-    """Residual step ``eta`` that puts a depth-``L``, ``H``-head stack at homogenized time ``T``.
+def step_size(regime: Regime, L: int, H: int, T: float, head_norm: HeadNorm = "mean") -> float:
+    """Step ``eta`` that puts a depth-``L``, ``H``-head stack at time ``T`` of the regime's clock.
 
-    Per layer the combined head output has mean ``c_H H m(X)`` and covariance
-    ``c_H^2 H Sigma(X)`` (derived; ``c_H`` from :func:`head_scale`). Over ``L`` layers:
-
-    * ``"deterministic"``: drift clock ``eta c_H H L = T``; the noise clock
-      ``eta^2 c_H^2 H L = T^2 / (H L)`` then vanishes as ``H L -> infinity``. For Gaussian weights
-      ``m = 0``, so the limit is "tokens stay where they start".
-    * ``"stochastic"``: noise clock ``eta^2 c_H^2 H L = T`` (``eta ~ (H L)^{-1/2}`` for the head
-      sum); needs ``m = 0`` (true for zero-mean Gaussian ``V``), else the drift would blow up.
+    With the paper's head average the clocks are ``t = L eta`` (ballistic, ``cor:ode1``: then
+    ``alpha eta L`` and ``eta^2 L`` vanish as ``L -> infinity``) and ``tau = L eta^2 / H``
+    (diffusive, ``cor:SDE``: ``eta ~ sqrt(H / L)``, which needs ``H = o(L^{1/3})``). For a head
+    normalisation ``c_H`` the same clocks read ``eta c_H H L`` and ``eta^2 c_H^2 H L`` (the
+    combined head output has covariance ``c_H^2 H`` times one head's).
 
     Returns:
         eta (float).
@@ -89,23 +89,29 @@ def step_size(regime: Regime, L: int, H: int, T: float, head_norm: HeadNorm = "s
     if L < 1 or T < 0:
         raise ValueError(f"need L >= 1 and T >= 0, got L={L}, T={T}")
     c = head_scale(H, head_norm)
-    if regime == "deterministic":
+    if regime == "ballistic":
         return T / (c * H * L)
-    if regime == "stochastic":
+    if regime == "diffusive":
         return math.sqrt(T / (c * c * H * L))
     raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
 
 
 def homogenized_time(
-    regime: Regime, eta: float, H: int, layers: int | np.ndarray, head_norm: HeadNorm = "sum"
+    regime: Regime, eta: float, H: int, layers: int | np.ndarray, head_norm: HeadNorm = "mean"
 ) -> float | np.ndarray:
-    """Inverse of :func:`step_size`: the homogenized time reached after ``layers`` layers."""
+    """Inverse of :func:`step_size`: the regime's time after ``layers`` layers."""
     c = head_scale(H, head_norm)
-    if regime == "deterministic":
+    if regime == "ballistic":
         return eta * c * H * layers
-    if regime == "stochastic":
+    if regime == "diffusive":
         return eta * eta * c * c * H * layers
     raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+
+
+def variance_ratio(eta: float, H: int, d: int) -> float:
+    """The paper's ``alpha = eta sigma^2 / H`` under (G) with the head average:
+    ``eta (d - 1) / (d H)`` (``sigma^2 = sigma_V^2 (d - 1)``)."""
+    return eta * (d - 1) / (d * H)
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,22 +133,63 @@ def mean_pairwise_inner(X: Tensor) -> Tensor:
     return (total - diag) / (n * (n - 1))
 
 
+def gram(X: Tensor) -> Tensor:
+    """Pairwise overlaps ``R_ij = <x_i, x_j>``: ``(..., n, d) -> (..., n, n)``."""
+    return X @ X.transpose(-1, -2)
+
+
 STATISTICS = {"inner": mean_pairwise_inner, "mean_norm_sq": mean_token_norm_sq}
 
 
 # --------------------------------------------------------------------------------------------
-# the particle system
+# initial configurations
 # --------------------------------------------------------------------------------------------
 
 
 def project_to_sphere(X: Tensor) -> Tensor:
-    """Normalise every token (last axis) to unit length. Shape preserved."""
+    """Normalise every token (last axis) to unit length: the map N of ``eq:update_tokens``."""
     return X / X.norm(dim=-1, keepdim=True)
 
 
 def uniform_tokens(runs: int, n: int, d: int, generator: torch.Generator) -> Tensor:
     """``runs`` independent sets of ``n`` i.i.d. uniform points on ``S^{d-1}``: ``(runs, n, d)``."""
     return project_to_sphere(torch.randn(runs, n, d, generator=generator, dtype=DTYPE))
+
+
+def equal_overlap_tokens(n: int, d: int, gamma: float) -> Tensor:
+    """``n`` unit vectors in ``R^d`` with every pairwise overlap equal to ``gamma``: ``(n, d)``.
+
+    The Gram matrix ``(1 - gamma) I + gamma 11^T`` has rank ``n``, so this needs ``d >= n`` and
+    ``-1/(n-1) < gamma < 1`` (the simplex configuration of ``thm:clustering_random_init``).
+    The tokens are the rows of its Cholesky factor, padded with zeros to ``d`` coordinates.
+    """
+    if n > d:
+        raise ValueError(f"equal overlaps need d >= n, got n={n}, d={d}")
+    if not -1.0 / (n - 1) < gamma < 1.0:
+        raise ValueError(f"gamma must lie in (-1/(n-1), 1) = ({-1 / (n - 1):.3g}, 1), got {gamma}")
+    G = (1 - gamma) * torch.eye(n, dtype=DTYPE) + gamma
+    X = torch.zeros(n, d, dtype=DTYPE)
+    X[:, :n] = torch.linalg.cholesky(G)
+    return project_to_sphere(X)
+
+
+def overlap_for_mean(m0: float, n: int) -> float:
+    """The common overlap ``gamma`` at which ``m = |xbar|^2 = 1/n + (1 - 1/n) gamma`` equals m0."""
+    return (m0 - 1.0 / n) / (1.0 - 1.0 / n)
+
+
+def pair_tokens(d: int, overlap: float) -> Tensor:
+    """Two unit vectors in ``R^d`` with ``<x_1, x_2> = overlap``: ``(2, d)``."""
+    X = torch.zeros(2, d, dtype=DTYPE)
+    X[0, 0] = 1.0
+    X[1, 0] = overlap
+    X[1, 1] = math.sqrt(max(0.0, 1.0 - overlap * overlap))
+    return X
+
+
+# --------------------------------------------------------------------------------------------
+# one layer
+# --------------------------------------------------------------------------------------------
 
 
 def sample_weights(
@@ -157,8 +204,61 @@ def sample_weights(
     return W[0], W[1], W[2]
 
 
+def normals(shape: tuple[int, ...], generator: torch.Generator) -> Tensor:
+    """Standard normals for the fast paths, drawn in float32 and returned as float64.
+
+    torch draws float32 normals several times faster than float64 ones; their 24-bit resolution
+    is far below any statistic measured here. (:func:`sample_weights` keeps float64 draws, so
+    the loop reference sees the same numbers.)
+    """
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(DTYPE)
+
+
+def gaussian_times(Y: Tensor, generator: torch.Generator) -> Tensor:
+    """A draw of ``G Y`` for a fresh ``G`` with i.i.d. ``N(0, 1/d)`` entries, per leading index.
+
+    ``Y`` is ``(..., d, k)``. With the thin QR ``Y = U R``, ``G Y = (G U) R`` and ``G U`` has
+    i.i.d. ``N(0, 1/d)`` entries (``U`` has orthonormal columns), so only ``d min(d, k)`` normals
+    are drawn. Same law as multiplying by a full matrix; not the same numbers.
+    """
+    d = Y.shape[-2]
+    R = torch.linalg.qr(Y, mode="r").R  # (..., min(d, k), k)
+    Z = normals((*Y.shape[:-2], d, R.shape[-2]), generator)
+    return Z @ R / math.sqrt(d)
+
+
+def sample_projections(
+    X: Tensor, H: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``Q X^T, K X^T, V X^T`` for fresh ``Q, K, V`` per head, in law: each ``(R, H, d, n)``.
+
+    One thin QR of ``X^T`` serves all heads and matrices (:func:`gaussian_times`).
+    """
+    runs, n, d = X.shape
+    R = torch.linalg.qr(X.transpose(-1, -2), mode="r").R  # (runs, k, n), k = min(d, n)
+    Z = normals((3, runs, H, d, R.shape[-2]), generator)
+    P = Z @ R.unsqueeze(1) / math.sqrt(d)  # (3, runs, H, d, n)
+    return P[0], P[1], P[2]
+
+
+def update_from_projections(
+    QX: Tensor, KX: Tensor, VX: Tensor, beta: float, head_norm: HeadNorm = "mean"
+) -> Tensor:
+    """``c_H sum_h V_h m_{beta, A_h}(x_i)`` from the projections ``Q_h X^T`` etc. ``(R, H, d, n)``.
+
+    Column ``i`` of ``Q X^T`` is ``Q x_i``, so the scores are ``<Q x_i, K x_k> = <A x_i, x_k>``
+    (``A = K^T Q``), and ``V m_i = (V X^T) pi_i`` with ``pi_i`` row ``i`` of the softmax.
+    Returns:
+        ``(R, n, d)``.
+    """
+    scores = beta * QX.transpose(-1, -2) @ KX  # (R, H, n, n)
+    weights = torch.softmax(scores, dim=-1)  # rows sum to 1: pi_{i -> k}
+    heads = VX @ weights.transpose(-1, -2)  # (R, H, d, n): column i is V_h m_h(x_i)
+    return head_scale(QX.shape[1], head_norm) * heads.sum(dim=1).transpose(-1, -2)
+
+
 def attention_averages(X: Tensor, Q: Tensor, K: Tensor, beta: float) -> Tensor:
-    """Attention-weighted token averages ``a_i = sum_j softmax_j(beta <Q x_i, K x_j>) x_j``.
+    """The barycentres ``m_{beta, A}(x_i) = sum_k softmax_k(beta <Q x_i, K x_k>) x_k``.
 
     Args:
         X: ``(R, n, d)`` tokens. Q, K: ``(R, M, d, d)`` for ``M`` heads (or samples).
@@ -172,18 +272,17 @@ def attention_averages(X: Tensor, Q: Tensor, K: Tensor, beta: float) -> Tensor:
 
 
 def multihead_update(
-    X: Tensor, Q: Tensor, K: Tensor, V: Tensor, beta: float, head_norm: HeadNorm = "sum"
+    X: Tensor, Q: Tensor, K: Tensor, V: Tensor, beta: float, head_norm: HeadNorm = "mean"
 ) -> Tensor:
-    """Combined head output ``c_H sum_h V_h a_i^h`` before the step and the projection.
+    """Combined head output ``c_H sum_h V_h m_h(x_i)`` before the step and the projection.
 
     Args:
         X: ``(R, n, d)``. Q, K, V: ``(R, H, d, d)``.
     Returns:
-        ``(R, n, d)``. Zero mean over the draw of ``V`` (it is independent of Q, K and centred).
+        ``(R, n, d)``. Zero mean over the draw of ``V`` (``lem:lemma_app``: ``b = 0`` under (G)).
     """
-    a = attention_averages(X, Q, K, beta)  # (R, H, n, d)
-    heads = torch.einsum("rhab,rhnb->rhna", V, a)  # (R, H, n, d): V_h a_i^h
-    return head_scale(Q.shape[1], head_norm) * heads.sum(dim=1)
+    Xt = X.transpose(-1, -2).unsqueeze(1)  # (R, 1, d, n)
+    return update_from_projections(Q @ Xt, K @ Xt, V @ Xt, beta, head_norm)
 
 
 def attention_layer(
@@ -193,10 +292,52 @@ def attention_layer(
     V: Tensor,
     beta: float,
     eta: float,
-    head_norm: HeadNorm = "sum",
+    head_norm: HeadNorm = "mean",
 ) -> Tensor:
-    """One layer: ``Proj_S(X + eta * multihead_update(X))``. ``(R, n, d) -> (R, n, d)``."""
+    """One layer of ``eq:update_tokens``: ``N(X + eta * multihead_update(X))``. ``(R, n, d)``."""
     return project_to_sphere(X + eta * multihead_update(X, Q, K, V, beta, head_norm))
+
+
+def barycentre_update(X: Tensor, g: Tensor, H: int, head_norm: HeadNorm = "mean") -> Tensor:
+    """The head output at ``beta = 0`` from one standard Gaussian vector per run.
+
+    At ``beta = 0`` every barycentre is the mean token ``xbar``, so the layer's output is
+    ``c_H sum_h V_h xbar``, exactly ``N(0, c_H^2 H |xbar|^2 / d I_d)`` given X: ``g (R, d)`` is
+    scaled to that law. Returns ``(R, 1, d)`` (the same vector for every token).
+    """
+    d = X.shape[-1]
+    xbar = X.mean(dim=-2)  # (R, d)
+    scale = head_scale(H, head_norm) * math.sqrt(H / d) * xbar.norm(dim=-1, keepdim=True)
+    return (scale * g).unsqueeze(-2)
+
+
+def meanfield_argmax_update(
+    X: Tensor, H: int, generator: torch.Generator, head_norm: HeadNorm = "mean"
+) -> Tensor:
+    """Head output when ``beta_eff -> infinity`` over a full-support background measure.
+
+    Laplace's principle: the barycentre of a measure of full support on the sphere tends to the
+    maximiser of ``y -> <A z, y>``, i.e. ``m_{infinity, A}(z) = A z / |A z|``, whatever the
+    measure (the setting of ``thm:large_beta_meta``). With ``A = K^T Q`` the three products are
+    drawn with :func:`gaussian_times` (same law as full matrices).
+    Returns:
+        ``(R, n, d)``.
+    """
+    Xt = X.transpose(-1, -2).unsqueeze(1).expand(-1, H, -1, -1)  # (R, H, d, n)
+    AX = gaussian_times(gaussian_times(Xt, generator), generator)  # K^T (Q x_i)
+    m = AX / AX.norm(dim=-2, keepdim=True)
+    heads = gaussian_times(m, generator)  # V_h m_h(x_i), (R, H, d, n)
+    return head_scale(H, head_norm) * heads.sum(dim=1).transpose(-1, -2)
+
+
+def meanfield_argmax_update_weights(
+    X: Tensor, Q: Tensor, K: Tensor, V: Tensor, head_norm: HeadNorm = "mean"
+) -> Tensor:
+    """:func:`meanfield_argmax_update` with explicit weights ``(R, H, d, d)`` (the reference)."""
+    A = K.transpose(-1, -2) @ Q  # (R, H, d, d)
+    AX = A @ X.transpose(-1, -2).unsqueeze(1)  # (R, H, d, n)
+    heads = V @ (AX / AX.norm(dim=-2, keepdim=True))
+    return head_scale(Q.shape[1], head_norm) * heads.sum(dim=1).transpose(-1, -2)
 
 
 def attention_layer_loop(
@@ -206,7 +347,7 @@ def attention_layer_loop(
     V: Tensor,
     beta: float,
     eta: float,
-    head_norm: HeadNorm = "sum",
+    head_norm: HeadNorm = "mean",
 ) -> Tensor:
     """Reference for :func:`attention_layer`: plain Python loops over runs, heads and tokens."""
     R, n, d = X.shape
@@ -229,18 +370,24 @@ def attention_layer_loop(
     return out
 
 
+# --------------------------------------------------------------------------------------------
+# simulation
+# --------------------------------------------------------------------------------------------
+
+
 @dataclass
 class Trajectory:
     """Statistics recorded along a simulation; one row per run.
 
     Attributes:
         t: ``(num_records,)`` depth fraction ``k / L`` in [0, 1] (for the limit solver: the
-            fraction ``s / T`` of homogenized time), so finite-depth curves and the limit overlay
-            on the same axis.
+            fraction ``s / T`` of the homogenized time), so finite-depth curves and the limit
+            overlay on the same axis.
         layers: ``(num_records,)`` layer (or EM step) index ``k`` of each record.
-        inner: ``(runs, num_records)`` mean pairwise inner product :func:`mean_pairwise_inner`.
-        mean_norm_sq: ``(runs, num_records)`` :func:`mean_token_norm_sq`.
+        inner: ``(runs, num_records)`` mean pairwise overlap :func:`mean_pairwise_inner`.
+        mean_norm_sq: ``(runs, num_records)`` ``m = |xbar|^2`` (:func:`mean_token_norm_sq`).
         final: ``(runs, n, d)`` state after the last layer (float64 tensor).
+        gram: ``(runs, num_records, n, n)`` overlaps, when recorded (else None).
     """
 
     t: np.ndarray
@@ -248,6 +395,7 @@ class Trajectory:
     inner: np.ndarray
     mean_norm_sq: np.ndarray
     final: Tensor
+    gram: np.ndarray | None = None
 
 
 def record_indices(L: int, record_every: int) -> np.ndarray:
@@ -288,31 +436,25 @@ def _run_chunks(runs: int, chunk_runs: int | None) -> list[tuple[int, int]]:
     return [(start, min(start + size, runs)) for start in range(0, runs, size)]
 
 
-def _stats(X: Tensor) -> tuple[Tensor, Tensor]:
-    return mean_pairwise_inner(X), mean_token_norm_sq(X)
-
-
-LayerFn = Callable[[Tensor, Tensor, Tensor, Tensor, float, float, HeadNorm], Tensor]
+Step = Callable[[Tensor, torch.Generator], Tensor]
 
 
 def _simulate(
-    layer_fn: LayerFn,
+    step: Step,
     n: int,
     d: int,
-    H: int,
     L: int,
-    eta: float,
-    beta: float,
     runs: int,
     seed: int,
     record_every: int,
-    head_norm: HeadNorm,
     X0: Tensor | np.ndarray | None,
     chunk_runs: int | None,
+    record_gram: bool = False,
 ) -> Trajectory:
     ks = record_indices(L, record_every)
     inner = np.empty((runs, len(ks)))
     norm_sq = np.empty((runs, len(ks)))
+    grams = np.empty((runs, len(ks), n, n)) if record_gram else None
     finals = []
     for c, (lo, hi) in enumerate(_run_chunks(runs, chunk_runs)):
         g = torch.Generator().manual_seed(_chunk_seed(seed, c))
@@ -320,15 +462,50 @@ def _simulate(
         rec = 0
         for k in range(L + 1):
             if k == ks[rec]:
-                a, b = _stats(X)
-                inner[lo:hi, rec], norm_sq[lo:hi, rec] = a.numpy(), b.numpy()
+                inner[lo:hi, rec] = mean_pairwise_inner(X).numpy()
+                norm_sq[lo:hi, rec] = mean_token_norm_sq(X).numpy()
+                if grams is not None:
+                    grams[lo:hi, rec] = gram(X).numpy()
                 rec += 1
             if k == L:
                 break
-            Q, K, V = sample_weights(hi - lo, H, d, g)
-            X = layer_fn(X, Q, K, V, beta, eta, head_norm)
+            X = step(X, g)
         finals.append(X)
-    return Trajectory(ks / L, ks, inner, norm_sq, torch.cat(finals))
+    return Trajectory(ks / L, ks, inner, norm_sq, torch.cat(finals), grams)
+
+
+def layer_step(
+    n: int, d: int, H: int, eta: float, beta: float, head_norm: HeadNorm = "mean",
+    sampling: Sampling = "fast",
+) -> Step:
+    """The one-layer map ``(X, generator) -> X'`` of ``eq:update_tokens`` for these settings.
+
+    ``"weights"`` draws full ``Q, K, V`` (:func:`sample_weights`). ``"fast"`` draws the same law
+    more cheaply: one Gaussian vector per run at ``beta = 0`` (:func:`barycentre_update`), the
+    projections ``Q X^T, K X^T, V X^T`` when ``n < d`` (:func:`sample_projections`), and full
+    weights from float32 normals (:func:`normals`) otherwise.
+    """
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+    head_scale(H, head_norm)  # validate early
+    if sampling == "fast" and beta == 0:
+        def step(X: Tensor, g: torch.Generator) -> Tensor:
+            noise = normals((X.shape[0], d), g)
+            return project_to_sphere(X + eta * barycentre_update(X, noise, H, head_norm))
+    elif sampling == "fast" and n < d:
+        def step(X: Tensor, g: torch.Generator) -> Tensor:
+            QX, KX, VX = sample_projections(X, H, g)
+            return project_to_sphere(X + eta * update_from_projections(QX, KX, VX, beta,
+                                                                       head_norm))
+    elif sampling == "fast":
+        def step(X: Tensor, g: torch.Generator) -> Tensor:
+            Q, K, V = normals((3, X.shape[0], H, d, d), g) / math.sqrt(d)
+            return attention_layer(X, Q, K, V, beta, eta, head_norm)
+    else:
+        def step(X: Tensor, g: torch.Generator) -> Tensor:
+            Q, K, V = sample_weights(X.shape[0], H, d, g)
+            return attention_layer(X, Q, K, V, beta, eta, head_norm)
+    return step
 
 
 def simulate_particles(
@@ -341,43 +518,34 @@ def simulate_particles(
     runs: int,
     seed: int,
     record_every: int = 1,
-    head_norm: HeadNorm = "sum",
+    head_norm: HeadNorm = "mean",
     X0: Tensor | np.ndarray | None = None,
     chunk_runs: int | None = None,
+    sampling: Sampling = "fast",
+    record_gram: bool = False,
 ) -> Trajectory:
     """Depth-``L`` random multi-head attention on the sphere, ``runs`` independent weight draws.
 
     Args:
-        n, d: tokens and dimension. H: heads. L: layers. eta: residual step (see
-            :func:`step_size`). beta: inverse temperature.
+        n, d: tokens and dimension. H: heads. L: layers. eta: step (see :func:`step_size`).
+        beta: inverse temperature (the paper's beta_eff).
         runs: independent runs (fresh X0 unless given, fresh weights). seed: torch.Generator seed.
         record_every: record statistics every this many layers (and at layers 0 and L).
-        head_norm: head normalisation ``c_H`` (:func:`head_scale`).
+        head_norm: head normalisation ``c_H`` (:func:`head_scale`; the paper's is "mean").
         X0: optional initial tokens, ``(n, d)`` shared by all runs or ``(runs, n, d)``;
             default i.i.d. uniform on the sphere, drawn from the generator.
-        chunk_runs: simulate at most this many runs at once (memory ~
-            ``chunk_runs * H * n * max(n, d) * 8`` bytes). Each chunk has its own seeded stream,
-            so results are deterministic given ``(seed, chunk_runs)``; ``None`` = one chunk.
+        chunk_runs: simulate at most this many runs at once. Each chunk has its own seeded
+            stream, so results are deterministic given ``(seed, chunk_runs)``.
+        sampling: "fast" (same law, fewer random numbers; :func:`layer_step`) or "weights"
+            (full matrices, the same numbers as :func:`simulate_particles_loop`).
+        record_gram: also record every run's overlaps ``(n, n)`` at each record.
 
     Returns:
         :class:`Trajectory` with ``inner`` and ``mean_norm_sq`` of shape ``(runs, num_records)``
         and ``t = k / L``.
     """
-    return _simulate(
-        attention_layer,
-        n,
-        d,
-        H,
-        L,
-        eta,
-        beta,
-        runs,
-        seed,
-        record_every,
-        head_norm,
-        X0,
-        chunk_runs,
-    )
+    step = layer_step(n, d, H, eta, beta, head_norm, sampling)
+    return _simulate(step, n, d, L, runs, seed, record_every, X0, chunk_runs, record_gram)
 
 
 def simulate_particles_loop(
@@ -390,41 +558,54 @@ def simulate_particles_loop(
     runs: int,
     seed: int,
     record_every: int = 1,
-    head_norm: HeadNorm = "sum",
+    head_norm: HeadNorm = "mean",
     X0: Tensor | np.ndarray | None = None,
 ) -> Trajectory:
-    """Per-token loop reference for :func:`simulate_particles` (same seed -> same numbers).
+    """Per-token loop reference for ``simulate_particles(..., sampling="weights")``.
 
     Draws the same random numbers in the same order (one chunk) and applies
     :func:`attention_layer_loop`. For tests and the speed benchmark only.
     """
-    return _simulate(
-        attention_layer_loop,
-        n,
-        d,
-        H,
-        L,
-        eta,
-        beta,
-        runs,
-        seed,
-        record_every,
-        head_norm,
-        X0,
-        None,
-    )
+    def step(X: Tensor, g: torch.Generator) -> Tensor:
+        Q, K, V = sample_weights(X.shape[0], H, d, g)
+        return attention_layer_loop(X, Q, K, V, beta, eta, head_norm)
+
+    return _simulate(step, n, d, L, runs, seed, record_every, X0, None)
+
+
+def simulate_meanfield_argmax(
+    n: int,
+    d: int,
+    H: int,
+    L: int,
+    eta: float,
+    runs: int,
+    seed: int,
+    record_every: int = 1,
+    head_norm: HeadNorm = "mean",
+    X0: Tensor | np.ndarray | None = None,
+    chunk_runs: int | None = None,
+) -> Trajectory:
+    """``n`` tagged tokens moved by ``eq:update_tokens`` at ``beta_eff = infinity`` over a
+    full-support background measure (:func:`meanfield_argmax_update`). Same return as
+    :func:`simulate_particles`; ``n = 2`` is the pair of ``thm:large_beta_meta``."""
+
+    def step(X: Tensor, g: torch.Generator) -> Tensor:
+        return project_to_sphere(X + eta * meanfield_argmax_update(X, H, g, head_norm))
+
+    return _simulate(step, n, d, L, runs, seed, record_every, X0, chunk_runs)
 
 
 # --------------------------------------------------------------------------------------------
-# limit equations
+# the diffusive limit (eq:Diffusive_gaussian_case, eq:Dij_explicit_clean)
 # --------------------------------------------------------------------------------------------
 
 
 def diffusion_kernel(X: Tensor, beta: float, samples: int, generator: torch.Generator) -> Tensor:
-    """Monte Carlo estimate of ``C_ik(X) = E_{Q,K} <a_i, a_k>`` (unbiased).
+    """Monte Carlo estimate of ``s_mu(x_i, x_k) = E_A <m(x_i), m(x_k)>`` (unbiased).
 
-    The per-layer head output ``y_i = V a_i`` has ``Cov(y_i, y_k) = (C_ik / d) I_d``
-    (``E[V M V^T] = tr(M) I / d``). No closed form for the softmax expectation, hence sampling.
+    One head's output ``y_i = V m(x_i)`` has ``Cov(y_i, y_k) = (s_ik / d) I_d``: the noise kernel
+    ``K[mu](x, y) = (1/d) E_A <m(x), m(y)> I_d`` of the paper. No closed form, hence sampling.
 
     Args:
         X: ``(R, n, d)``. samples: number of ``(Q, K)`` draws per run.
@@ -438,35 +619,26 @@ def diffusion_kernel(X: Tensor, beta: float, samples: int, generator: torch.Gene
 
 
 def _em_step(X: Tensor, beta: float, dtau: float, samples: int, g: torch.Generator) -> Tensor:
-    """One Euler-Maruyama step of the stochastic limit (Ito form), then renormalisation.
+    """One Euler-Maruyama step of ``eq:Diffusive_gaussian_case`` (Ito form), then N.
 
-    dx_i = P_{x_i} dZ_i - ((d-1) / (2d)) C_ii(X) x_i dtau,
-    d<Z_i^a, Z_k^b> = (C_ik(X) / d) delta_ab dtau.
+    dx_i = P_{x_i} dZ_i - ((d-1) / (2d)) s(x_i, x_i) x_i dtau,
+    d<Z_i^a, Z_k^b> = (s(x_i, x_k) / d) delta_ab dtau.
 
-    The common noise dZ is built as ``sqrt(dtau / (M d)) sum_m G_m a^m`` with ``M`` fresh
-    ``(Q_m, K_m)`` draws and independent standard Gaussian ``d x d`` matrices ``G_m``:
-    conditionally on the ``(Q_m, K_m)`` it is exactly Gaussian with covariance
-    ``(dtau / d) C_hat (x) I_d``, where ``C_hat = (1/M) sum_m a^m a^m^T`` is an unbiased estimate
-    of ``C`` -- a randomised-coefficient EM step whose one-step mean and covariance are exact
-    (its law is a Gaussian mixture; it becomes the plain Gaussian-increment EM step as
-    ``M -> infinity``; the difference is in fourth moments only, which do not enter the limit).
-
-    The step is followed by renormalisation to keep the state on the sphere. With the explicit
-    Ito drift included, ``|x + P dZ + ito|^2 = 1 + (zero mean, O(dtau))``, so renormalising adds
-    no further mean drift (the Ito drift is not counted twice). Note that the Ito term is radial:
-    after renormalisation it only rescales the O(sqrt(dtau)) noise by 1 + O(dtau), so the
-    projected scheme would produce the same drift without it (projection *is* the Ito
-    correction). The derived drift formula is checked independently against one particle layer
-    (see :func:`pair_inner_drift_diffusion`).
+    The common noise dZ is ``sqrt(dtau / (M d)) sum_m G_m m^(m)`` with ``M`` fresh ``(Q_m, K_m)``
+    draws and independent standard Gaussian ``d x d`` matrices ``G_m``: conditionally on the
+    ``(Q_m, K_m)`` it is exactly Gaussian with covariance ``(dtau / d) s_hat (x) I_d``, where
+    ``s_hat`` is an unbiased estimate of the kernel (a randomised-coefficient EM step whose
+    one-step mean and covariance are exact). The Ito term is radial: after N it only rescales
+    the noise by 1 + O(dtau).
     """
     R, n, d = X.shape
     W = torch.randn(3, R, samples, d, d, generator=g, dtype=DTYPE)
     a = attention_averages(X, W[0] / math.sqrt(d), W[1] / math.sqrt(d), beta)  # (R, M, n, d)
     dZ = torch.einsum("rmab,rmnb->rna", W[2], a) * math.sqrt(dtau / (samples * d))  # (R, n, d)
-    C_diag = a.pow(2).sum(dim=-1).mean(dim=1)  # (R, n): C_hat_ii
+    s_diag = a.pow(2).sum(dim=-1).mean(dim=1)  # (R, n)
     radial = (dZ * X).sum(dim=-1, keepdim=True)
     tangent = dZ - radial * X  # P_x dZ
-    ito = -((d - 1) / (2 * d)) * C_diag.unsqueeze(-1) * X * dtau
+    ito = -((d - 1) / (2 * d)) * s_diag.unsqueeze(-1) * X * dtau
     return project_to_sphere(X + tangent + ito)
 
 
@@ -477,7 +649,7 @@ def simulate_limit(
     T: float,
     runs: int,
     seed: int,
-    regime: Regime = "stochastic",
+    regime: Regime = "diffusive",
     num_steps: int = 200,
     record_every: int = 1,
     samples_per_step: int = 64,
@@ -486,111 +658,247 @@ def simulate_limit(
 ) -> Trajectory:
     """The homogenized limit up to time ``T``, on the same statistics as :func:`simulate_particles`.
 
-    * ``"stochastic"``: Euler-Maruyama with ``num_steps`` steps of ``dtau = T / num_steps`` for
-      the common-noise SDE on ``(S^{d-1})^n`` (see :func:`_em_step` and the derivation notebook),
-      ``samples_per_step`` Monte Carlo ``(Q, K)`` draws per step for the diffusion kernel.
-    * ``"deterministic"``: Gaussian weights have zero drift, and the Ito drift of the projection
-      is of order ``eta^2 H L -> 0``: ``X(t) = X0`` for all t. Returned as constant trajectories.
+    * ``"diffusive"`` (``cor:SDE``): Euler-Maruyama with ``num_steps`` steps of ``T / num_steps``
+      for ``eq:Diffusive_gaussian_case`` (:func:`_em_step`), ``samples_per_step`` Monte Carlo
+      ``(Q, K)`` draws per step for the kernel.
+    * ``"ballistic"`` (``cor:ode1``): ``Xdot = b(X)`` with ``b = 0`` under (G) (``lem:lemma_app``),
+      so ``X(t) = X0``; returned as constant trajectories.
 
-    Args: as :func:`simulate_particles`; ``X0`` default i.i.d. uniform from the generator.
     Returns:
-        :class:`Trajectory`; ``t = k / num_steps`` is the fraction of ``T`` (so it lines up with
-        the particle system's ``k / L`` when that one uses ``eta = step_size(regime, L, H, T)``).
+        :class:`Trajectory`; ``t = k / num_steps`` is the fraction of ``T``.
     """
     if regime not in REGIMES:
         raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
-    ks = record_indices(num_steps, record_every)
-    inner = np.empty((runs, len(ks)))
-    norm_sq = np.empty((runs, len(ks)))
-    finals = []
     dtau = T / num_steps
-    for c, (lo, hi) in enumerate(_run_chunks(runs, chunk_runs)):
-        g = torch.Generator().manual_seed(_chunk_seed(seed, c))
-        X = _initial_state(X0, lo, hi, n, d, g)
-        if regime == "deterministic":
-            a, b = _stats(X)
-            inner[lo:hi], norm_sq[lo:hi] = a.numpy()[:, None], b.numpy()[:, None]
-            finals.append(X)
-            continue
-        rec = 0
-        for k in range(num_steps + 1):
-            if k == ks[rec]:
-                a, b = _stats(X)
-                inner[lo:hi, rec], norm_sq[lo:hi, rec] = a.numpy(), b.numpy()
-                rec += 1
-            if k == num_steps:
-                break
-            X = _em_step(X, beta, dtau, samples_per_step, g)
-        finals.append(X)
-    return Trajectory(ks / num_steps, ks, inner, norm_sq, torch.cat(finals))
+    if regime == "ballistic":
+        return _simulate(lambda X, g: X, n, d, num_steps, runs, seed, record_every, X0, chunk_runs)
+
+    def step(X: Tensor, g: torch.Generator) -> Tensor:
+        return _em_step(X, beta, dtau, samples_per_step, g)
+
+    return _simulate(step, n, d, num_steps, runs, seed, record_every, X0, chunk_runs)
 
 
-def pair_inner_drift_diffusion(C: Tensor, rho: Tensor, d: int) -> tuple[Tensor, Tensor]:
-    """Ito drift and quadratic-variation rate of ``rho_ik = <x_i, x_k>`` under the SDE (derived).
+def pair_inner_drift_diffusion(s: Tensor, R: Tensor, d: int) -> tuple[Tensor, Tensor]:
+    """Ito drift and quadratic-variation rate of the overlaps ``R_ik`` (``eq:Dij_explicit_clean``).
 
-    drift  = [ C_ik (d - 2 + rho^2) - (d - 1) rho (C_ii + C_kk) / 2 ] / d
-    diffusion = (1 - rho^2) [ C_ii + C_kk - 2 rho C_ik ] / d
+    drift     = (1/d) (d - 2 + R^2) s_ik - ((d - 1) / (2d)) R (s_ii + s_kk)
+    diffusion = (1 - R^2) (s_ii + s_kk - 2 R s_ik) / d
 
     Args:
-        C: ``(..., n, n)`` kernel (:func:`diffusion_kernel`). rho: ``(..., n, n)`` Gram matrix.
+        s: ``(..., n, n)`` kernel (:func:`diffusion_kernel`). R: ``(..., n, n)`` overlaps.
     Returns:
         two ``(..., n, n)`` tensors (diagonal entries are 0 / meaningless).
     """
-    diag = torch.diagonal(C, dim1=-2, dim2=-1)
+    diag = torch.diagonal(s, dim1=-2, dim2=-1)
     mean_diag = (diag.unsqueeze(-1) + diag.unsqueeze(-2)) / 2
-    drift = (C * (d - 2 + rho**2) - (d - 1) * rho * mean_diag) / d
-    diffusion = (1 - rho**2) * (2 * mean_diag - 2 * rho * C) / d
+    drift = (s * (d - 2 + R**2) - (d - 1) * R * mean_diag) / d
+    diffusion = (1 - R**2) * (2 * mean_diag - 2 * R * s) / d
     return drift, diffusion
 
 
-def antipodal_exponent(
+# --------------------------------------------------------------------------------------------
+# the clustering theorems' limits
+# --------------------------------------------------------------------------------------------
+
+
+def logistic(u0: float | np.ndarray, tau: float | np.ndarray) -> np.ndarray:
+    """``thm:clustering_small_beta``: the solution ``u0 / (u0 + (1 - u0) e^{-tau})`` of
+    ``udot = u (1 - u)``, the law of the mean overlap ``m = |xbar|^2``."""
+    u0, tau = np.asarray(u0, float), np.asarray(tau, float)
+    return u0 / (u0 + (1 - u0) * np.exp(-tau))
+
+
+def simplex_fg(
+    gammas: np.ndarray, n: int, d: int, beta: float, samples: int, generator: torch.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``f(gamma) = E_A sum_k pi_{i->k}^2`` and ``g(gamma) = E_A sum_k pi_{i->k} pi_{j->k}``
+    (``i != j``) on the simplex configuration with overlap gamma (``thm:clustering_random_init``).
+
+    Monte Carlo over ``samples`` draws of ``A = K^T Q`` (entries of Q, K ``N(0, 1/d)``), the same
+    draws for every gamma (common random numbers: smooth in gamma). ``f`` is averaged over tokens
+    ``i`` and ``g`` over pairs, which have the same law by symmetry.
+
+    Returns:
+        ``f, g`` arrays shaped like ``gammas``.
+    """
+    f_out, g_out = np.empty(len(gammas)), np.empty(len(gammas))
+    Z = torch.randn(2, samples, d, n, generator=generator, dtype=DTYPE) / math.sqrt(d)
+    off = ~torch.eye(n, dtype=torch.bool)
+    for j, gamma in enumerate(np.asarray(gammas, float)):
+        R = equal_overlap_tokens(n, n, float(gamma)).T  # (n, n): X^T = U R with U = I_n
+        QX, KX = Z[0] @ R, Z[1] @ R  # (samples, d, n): Q x_i in law
+        pi = torch.softmax(beta * QX.transpose(-1, -2) @ KX, dim=-1)  # (samples, n, n)
+        overlap = pi @ pi.transpose(-1, -2)  # sum_k pi_ik pi_jk
+        f_out[j] = torch.diagonal(overlap, dim1=-2, dim2=-1).mean().item()
+        g_out[j] = overlap[:, off].mean().item()
+    return f_out, g_out
+
+
+def simplex_drift(
+    gamma: np.ndarray, f: np.ndarray, g: np.ndarray, d: int | None = None
+) -> np.ndarray:
+    """The drift of the common overlap on the simplex.
+
+    ``d=None``: the printed ODE of ``thm:clustering_random_init``,
+    ``b(gamma) = gamma + (1 - gamma) g - gamma (gamma + (1 - gamma) f) = S - gamma P``.
+    ``d`` given: the exact drift ``eq:Dij_explicit_clean`` evaluated on the simplex, which adds
+    ``(gamma P - (2 - gamma^2) S) / d`` (the correction noted by the paper's formaliser), with
+    ``P = s(x_i, x_i) = gamma + (1 - gamma) f`` and ``S = s(x_i, x_j) = gamma + (1 - gamma) g``.
+    """
+    P = gamma + (1 - gamma) * f
+    S = gamma + (1 - gamma) * g
+    drift = S - gamma * P
+    if d is not None:
+        drift = drift + (gamma * P - (2 - gamma**2) * S) / d
+    return drift
+
+
+def solve_simplex_ode(
+    gamma0: float, taus: np.ndarray, grid: np.ndarray, f: np.ndarray, g: np.ndarray,
+    d: int | None = None, substeps: int = 20,
+) -> np.ndarray:
+    """RK4 solution of ``gammadot = simplex_drift(gamma)`` at the times ``taus`` (increasing,
+    starting at 0), with f and g interpolated linearly on ``grid``. Returns ``gamma(taus)``."""
+    def rhs(x: float) -> float:
+        fx, gx = np.interp(x, grid, f), np.interp(x, grid, g)
+        return float(simplex_drift(np.float64(x), fx, gx, d))
+
+    out = np.empty(len(taus))
+    x, now = float(gamma0), 0.0
+    for j, tau in enumerate(np.asarray(taus, float)):
+        h = (tau - now) / substeps
+        for _ in range(substeps if tau > now else 0):
+            k1 = rhs(x)
+            k2 = rhs(x + h * k1 / 2)
+            k3 = rhs(x + h * k2 / 2)
+            k4 = rhs(x + h * k3)
+            x += h * (k1 + 2 * k2 + 2 * k3 + k4) / 6
+        out[j], now = x, tau
+    return out
+
+
+def meanfield_pair_kernel(
+    overlaps: np.ndarray, d: int, samples: int, generator: torch.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``s(R) = E_A <A x/|A x|, A y/|A y|>`` for ``<x, y> = R``: the kernel of two tokens at
+    ``beta_eff = infinity`` (:func:`meanfield_argmax_update`), by Monte Carlo over ``A = K^T Q``.
+
+    Returns:
+        (mean, standard error) arrays shaped like ``overlaps``.
+    """
+    mean, se = np.empty(len(overlaps)), np.empty(len(overlaps))
+    for j, R in enumerate(np.asarray(overlaps, float)):
+        Xt = pair_tokens(d, float(R)).T.expand(samples, d, 2)
+        AX = gaussian_times(gaussian_times(Xt, generator), generator)  # (samples, d, 2)
+        m = AX / AX.norm(dim=-2, keepdim=True)
+        cos = (m[..., 0] * m[..., 1]).sum(-1)
+        mean[j], se[j] = cos.mean().item(), cos.std().item() / math.sqrt(samples)
+    return mean, se
+
+
+def pair_drift_coefficient(R: np.ndarray, s: np.ndarray, d: int) -> np.ndarray:
+    """The drift coefficient ``k`` of the pair overlap in the time ``t = tau / d``.
+
+    ``eq:Dij_explicit_clean`` with ``s(x, x) = 1`` (unit barycentres at ``beta_eff = infinity``)
+    gives the drift ``D(R) = ((d - 2 + R^2) s(R) - (d - 1) R) / d``; ``thm:large_beta_meta``
+    prints the limit ``du = -u (1 - u^2) dt + sqrt(2) (1 - u^2) dB``, i.e. ``d D(u) -> -k u(1-u^2)``
+    with ``k = 1``. Returns ``k = -d D(R) / (R (1 - R^2))``.
+    """
+    R = np.asarray(R, float)
+    drift = ((d - 2 + R**2) * s - (d - 1) * R) / d
+    return -d * drift / (R * (1 - R**2))
+
+
+def simulate_overlap_sde(
+    k: float, u0: float, t_end: float, paths: int, seed: int, dt: float = 1e-3,
+    records: int = 20,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Euler-Maruyama for ``du = -k u (1 - u^2) dt + sqrt(2) (1 - u^2) dB`` on [-1, 1]
+    (``k = 1``: the printed limit of ``thm:large_beta_meta``), ``paths`` paths from ``u0``.
+
+    Returns:
+        ``(t, u)``: ``records + 1`` times ``j t_end / records`` and ``u`` of shape
+        ``(paths, records + 1)``.
+    """
+    rng = np.random.default_rng(seed)
+    steps = max(records, int(round(t_end / dt / records)) * records)
+    dt = t_end / steps
+    u = np.full(paths, float(u0))
+    out = np.empty((paths, records + 1))
+    out[:, 0] = u
+    for step in range(1, steps + 1):
+        u = u - k * u * (1 - u * u) * dt + math.sqrt(2 * dt) * (1 - u * u) * rng.standard_normal(
+            paths)
+        np.clip(u, -1.0, 1.0, out=u)  # +-1 are absorbing: the coefficients vanish there
+        if step % (steps // records) == 0:
+            out[:, step // (steps // records)] = u
+    return np.linspace(0, t_end, records + 1), out
+
+
+def arcsin_law(u0: float | np.ndarray) -> np.ndarray:
+    """``thm:large_beta_meta``: ``P(u -> +1) = 1/2 + arcsin(u0) / pi`` under the printed SDE."""
+    return 0.5 + np.arcsin(np.asarray(u0, float)) / np.pi
+
+
+# --------------------------------------------------------------------------------------------
+# ours: a heuristic, not the paper's
+# --------------------------------------------------------------------------------------------
+
+
+def antipodal_exponents(
     d: int,
-    beta: float,
+    betas: np.ndarray,
     n: int = 2,
     samples: int = 20_000,
     seed: int = 0,
     eps: float = 1e-4,
-) -> float:
-    """DERIVED HEURISTIC (not from the paper): Lyapunov exponent of an antipodal two-cluster state.
+) -> np.ndarray:
+    """OUR HEURISTIC (not in the paper): Lyapunov exponent of an antipodal two-cluster state.
 
     Tokens split into two groups of ``ceil(n/2)`` and ``floor(n/2)`` at ``x`` and ``-x``. Near
-    that state ``v = 1 + rho`` (rho the inner product of the two groups) follows, to leading
-    order, a geometric Brownian motion; ``log v`` drifts at rate
+    that state ``v = 1 + R`` (R the overlap of the two groups) follows, to leading order of
+    ``eq:Dij_explicit_clean``, a geometric Brownian motion; ``log v`` drifts at rate
 
         lambda = [ (d - 3) kappa / 2 - (d - 1) C_bar ] / d,
 
-    ``C_bar = E|a_1|^2`` at the antipodal state, ``kappa = lim E|a_1 + a_2|^2 / v`` (derivation,
-    section "A derived collapse criterion"). ``lambda < 0``: antipodal configurations attract
-    with positive probability, so collapse to a single cluster is *not* certain (mitigated);
-    ``lambda > 0``: the two-cluster state is unstable and clustering proceeds. Full collapse
-    itself is always locally attracting (kappa = 0 there).
+    ``C_bar = E|m_1|^2`` at the antipodal state, ``kappa = lim E|m_1 + m_2|^2 / v`` (derivation
+    note, section "An antipodal criterion (ours)"). ``lambda < 0``: antipodal configurations
+    attract with positive probability; ``lambda > 0``: the two-cluster state is unstable.
 
-    Both quantities are estimated by Monte Carlo over ``samples`` draws of ``(Q, K)`` with
-    common random numbers; ``eps`` is the size of ``v`` used for ``kappa``.
+    Both quantities are estimated by Monte Carlo over ``samples`` draws of ``(Q, K)``, the same
+    draws for both configurations and every beta (common random numbers). All tokens lie in
+    ``span(e_1, e_2)``, so only ``Q U, K U`` (``U = [e_1 e_2]``, i.i.d. entries) are drawn.
+    ``eps`` is the size of ``v`` used for ``kappa``.
     Returns:
-        lambda (float). The boundary of the (d, n, beta) plane is ``lambda = 0``; in this
-        heuristic n enters only through the group sizes (balanced groups do not depend on n).
+        lambda per beta, shaped like ``betas``.
     """
     if n < 2:
         raise ValueError("need n >= 2")
     g = torch.Generator().manual_seed(seed)
     n_plus = (n + 1) // 2
-    e1 = torch.zeros(d, dtype=DTYPE)
-    e1[0] = 1.0
-    e2 = torch.zeros(d, dtype=DTYPE)
-    e2[1] = 1.0
-    # second group at -x rotated towards e2 so that 1 + rho = v = eps
-    angle = math.acos(-1.0 + eps)
-    x_minus = math.cos(angle) * e1 + math.sin(angle) * e2
-    QK = torch.randn(2, 1, samples, d, d, generator=g, dtype=DTYPE) / math.sqrt(d)
+    QU, KU = torch.randn(2, samples, d, 2, generator=g, dtype=DTYPE) / math.sqrt(d)
+    angle = math.acos(-1.0 + eps)  # second group at -x rotated towards e_2: 1 + R = eps
 
-    def group_means(x_minus_vec: Tensor) -> tuple[Tensor, Tensor]:
-        X = torch.cat([e1.expand(n_plus, d), x_minus_vec.expand(n - n_plus, d)]).unsqueeze(0)
-        a = attention_averages(X, QK[0], QK[1], beta)[0]  # (M, n, d)
-        return a[:, 0], a[:, -1]  # one token of each group
+    def group_means(beta: float, second: tuple[float, float]) -> tuple[Tensor, Tensor]:
+        C = torch.tensor([[1.0] * n_plus + [second[0]] * (n - n_plus),
+                          [0.0] * n_plus + [second[1]] * (n - n_plus)], dtype=DTYPE)  # U^T X^T
+        QX, KX = QU @ C, KU @ C  # (samples, d, n): Q x_i in law
+        pi = torch.softmax(beta * QX.transpose(-1, -2) @ KX, dim=-1)  # (samples, n, n)
+        m = pi @ C.T  # barycentres in the (e_1, e_2) coordinates, (samples, n, 2)
+        return m[:, 0], m[:, -1]  # one token of each group
 
-    a1, a2 = group_means(-e1)
-    C_bar = 0.5 * (a1.pow(2).sum(-1).mean() + a2.pow(2).sum(-1).mean())
-    b1, b2 = group_means(x_minus)
-    kappa = (b1 + b2).pow(2).sum(-1).mean() / eps
-    return float(((d - 3) * kappa / 2 - (d - 1) * C_bar) / d)
+    out = []
+    for beta in np.atleast_1d(np.asarray(betas, float)):
+        a1, a2 = group_means(float(beta), (-1.0, 0.0))
+        C_bar = 0.5 * (a1.pow(2).sum(-1).mean() + a2.pow(2).sum(-1).mean())
+        b1, b2 = group_means(float(beta), (math.cos(angle), math.sin(angle)))
+        kappa = (b1 + b2).pow(2).sum(-1).mean() / eps
+        out.append(float(((d - 3) * kappa / 2 - (d - 1) * C_bar) / d))
+    return np.asarray(out).reshape(np.shape(betas))
+
+
+def antipodal_exponent(d: int, beta: float, n: int = 2, samples: int = 20_000, seed: int = 0,
+                       eps: float = 1e-4) -> float:
+    """:func:`antipodal_exponents` at one beta (OUR HEURISTIC)."""
+    return float(antipodal_exponents(d, np.asarray([beta]), n, samples, seed, eps)[0])

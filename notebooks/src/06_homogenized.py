@@ -7,42 +7,33 @@
 # ---
 
 # %% [markdown]
-# # E6 — Homogenized transformers (Koubbi, Geshkovski & Rigollet, 2026)
+# # E6 — Homogenized transformers (Koubbi, Geshkovski & Rigollet, arXiv 2604.01978)
 #
-# Random multi-head self-attention with weights resampled at every layer and head (as at
-# initialisation), tokens on the unit sphere, residual step η and projection back to the sphere.
-# Depth is time. Under joint scalings of depth L, step η and heads H the dynamics has a
-# homogenized limit: deterministic (ηHL → T) or stochastic with common noise (η²HL → T); with
-# Gaussian weights the limiting drift vanishes. This notebook only reads the tables of the
-# workflow's `particles` jobs (rankcollapse.homogenized); it simulates nothing.
-#
-# **What is read from the paper and what is derived here.** Only the paper's abstract and public
-# summaries could be read. The model, the existence of the two limits, the vanishing drift and the
-# announced (d, n, β) trade-offs are the paper's; the step-size conventions, the limit SDE and its
-# solver, the convergence rates tested below and the collapse criterion drawn on the maps are
-# **derived here** (derivation below) and labelled as such in every claim and caption.
+# Random multi-head self-attention with weights resampled at every layer and head, tokens on
+# the unit sphere, step η and normalisation back to the sphere, in the paper's conventions:
+# heads averaged, x_i ← N(x_i + (η/H) Σ_h V_h m_{β,A_h}[μ_X](x_i)) (`eq:update_tokens`), Gaussian
+# weights of variance 1/d (law (G) with σ_V² = σ_A² = 1/d, so β is the paper's β_eff), ballistic
+# time t = Lη and diffusive time τ = Lη²/H. Equations and theorems are cited by the paper's
+# labels. This notebook only reads the tables of the workflow's `particles` jobs
+# (rankcollapse.homogenized); it simulates nothing. Claim statistics: rankcollapse.claims.e6.
 
 # %% tags=["parameters"]
 experiment = "E6"
 tables = {
     "homog": "results/tables/E6_homog.parquet",
-    "tradeoff": "results/tables/E6_tradeoff.parquet",
-    "boundary": "results/tables/E6_boundary.parquet",
-    "discrete": "results/tables/E6_discrete.parquet",
-    "e1": "results/tables/E1_init.parquet",
+    "small_beta": "results/tables/E6_small_beta.parquet",
+    "simplex": "results/tables/E6_simplex.parquet",
+    "large_beta": "results/tables/E6_large_beta.parquet",
+    "maps": "results/tables/E6_maps.parquet",
+    "antipodal": "results/tables/E6_antipodal.parquet",
     "derivation": "notebooks/06_homogenized_derivation.md",
 }
-settings = {
-    "particles": {
-        "homogenization": {"n": 8, "d": 4, "heads": 1, "beta": 1.0, "T": 10.0},
-        "tradeoff": {"T": 30.0, "depth": 256, "beta_at": 1.0, "d_at": 3},
-    },
-    "init_sweep": {"depth": 32, "width": 64, "heads": 2, "tokens": 32},
-}
+settings = {"particles": {}}
 figures_dir = "report/figures/E6"
 numbers_path = "results/numbers/E6.json"
 
 # %%
+import inspect
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -51,417 +42,588 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from rankcollapse import io, plotting
-from rankcollapse.claims import Claim
+from rankcollapse.claims import judge, load_registry
+from rankcollapse.claims.e6 import measure
 from rankcollapse.homogenized import (
     cluster_fractions,
-    homogenization_summary,
+    final_overlaps,
+    homog_finals,
+    homog_limit_final,
+    loglog_slope,
+    passage_matrix,
+    simplex_cells,
+    simplex_deviation,
+    slopes_over_d,
+    small_beta_cells,
+    small_beta_summary,
     zero_crossings,
 )
 from rankcollapse.notebooks import section
+from rankcollapse.particles import arcsin_law, logistic
 
 plotting.use_style()
-RESAMPLES = 400  # bootstrap resamples over runs
-FIT_LAST = 3  # rates are fitted on the three largest depths (the asymptotic regime)
-COLLAPSED = 0.99  # "one cluster": mean pairwise <x_i, x_j> above this
-STATS = {"inner": "mean pairwise ⟨xᵢ, xⱼ⟩", "mean_norm_sq": "‖mean token‖²"}
-hom, trade = settings["particles"]["homogenization"], settings["particles"]["tradeoff"]
-homog = io.read_parquet(tables["homog"])
-tradeoff = io.read_parquet(tables["tradeoff"])
-boundary = io.read_parquet(tables["boundary"])
-discrete = io.read_parquet(tables["discrete"])
-e1 = io.read_parquet(tables["e1"])
-depths = sorted(homog[homog.kind == "trajectory"].L.unique())
-runs = homog[(homog.kind == "trajectory")].groupby("point").run.nunique().min()
-print(f"homogenization: depths {depths}, {runs} runs per depth; tradeoff: {len(tradeoff)} runs; "
-      f"boundary: {len(boundary)} exponents; discrete: {discrete.run.nunique()} runs")
+particles = settings["particles"]
+data = {k: io.read_parquet(v) for k, v in tables.items() if k != "derivation"}
+homog, small, simplex = data["homog"], data["small_beta"], data["simplex"]
+large, maps, antipodal = data["large_beta"], data["maps"], data["antipodal"]
+C = plotting.PALETTE
+print({k: len(v) for k, v in data.items()})
 
 # %% [markdown]
-# ## The derivation (ours)
-# The note below (notebooks/06_homogenized_derivation.md) derives the increment's covariance, the
-# two scalings, the limit SDE with common noise, its Euler–Maruyama scheme and a heuristic
-# collapse criterion. It is shown here as written.
+# ## The model and its limits
+# The note below (notebooks/06_homogenized_derivation.md) states the model and the limits by
+# the paper's labels, and says which parts are ours (the fast sampling of the simulator and the
+# antipodal exponent drawn on the maps).
 
 # %%
-derivation = Path(tables["derivation"]).read_text()
-display(Markdown(derivation))
+display(Markdown(Path(tables["derivation"]).read_text()))
 
 # %% [markdown]
-# ## Homogenization: finite depth against the limit
+# ## Homogenization: finite depth against the limit (`cor:ode1`, `cor:SDE`)
 # One initial configuration (n tokens, uniform on the sphere) shared by all runs and depths;
-# every run draws fresh weights. The step is η = T/(HL) (deterministic) or √(T/(HL))
-# (stochastic), so the last layer is at homogenized time T and t = k/L is the fraction of it.
-# The limit is X(t) = X(0) in the deterministic regime (drift vanishes) and the Euler–Maruyama
-# solution of the derived SDE in the stochastic one.
+# every run draws fresh weights. Ballistic: η = T/L, the limit is X(t) = X(0) (b ≡ 0 under (G),
+# `lem:lemma_app`). Diffusive: η = √(TH/L), the limit is the SDE `eq:Diffusive_gaussian_case`
+# (Euler–Maruyama). Heads study: the diffusive scaling with H = ⌈L^p⌉ heads, p < 1/3.
 
 # %%
-colors = plt.cm.viridis(np.linspace(0.0, 0.85, len(depths)))
-fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True, sharex=True)
-for row, regime in enumerate(["deterministic", "stochastic"]):
-    reg = homog[homog.regime == regime]
-    for col, (stat, label) in enumerate(STATS.items()):
-        ax = axes[row, col]
-        for color, L in zip(colors, depths):
-            c = reg[(reg.kind == "trajectory") & (reg.L == L)].groupby("t")[stat]
-            ax.plot(c.mean().index, c.mean(), color=color, lw=1.5, marker="o", ms=2.5,
-                    label=f"L = {L}")
-            if L == depths[-1]:
-                q = c.quantile([0.1, 0.9]).unstack()
-                ax.fill_between(q.index, q[0.1], q[0.9], color=color, alpha=0.15, lw=0,
-                                label=f"L = {L}: 10–90 % of runs")
-        lim = reg[reg.kind == "limit"].groupby("t")[stat]
-        ax.plot(lim.mean().index, lim.mean(), "k--", lw=1.8, label="limit equation (derived)")
-        if regime == "stochastic":
-            q = lim.quantile([0.1, 0.9]).unstack()
-            ax.plot(q.index, q[0.1], "k:", lw=1, label="limit: 10–90 %")
-            ax.plot(q.index, q[0.9], "k:", lw=1)
-        ax.set_title(f"{regime} regime: {label}")
-        ax.set_ylabel(f"{label} (mean over runs)")
-        if row == 1:
-            ax.set_xlabel(f"t = k / L (fraction of homogenized time T = {homog['T'].iloc[0]:g})")
-axes[0, 0].legend(fontsize=7, frameon=False, loc="upper left")
-first = homog.iloc[0]  # sizes as simulated (the table, not the settings, is the record)
-fig.suptitle(f"Random attention on the sphere: n = {first.n}, d = {first.d}, "
-             f"H = {homog.H.max():g}, β = {first.beta:g}; {runs} weight draws per depth")
+p_heads = particles.get("homogenization", {}).get("heads_exponent", 0.25)
+STUDIES = {"homog_ballistic": "ballistic, H fixed", "homog_diffusive": "diffusive, H fixed",
+           "homog_heads": f"diffusive, H = ⌈L^{p_heads:g}⌉"}
+fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True, sharey=True)
+for ax, (study, title) in zip(axes, STUDIES.items()):
+    rows = homog[homog.study == study]
+    traj = rows[rows.kind == "trajectory"]
+    depths = sorted(int(L) for L in traj.L.unique())
+    colors = plt.cm.viridis(np.linspace(0.0, 0.85, len(depths)))
+    for color, L in zip(colors, depths):
+        c = traj[traj.L == L].groupby("t").inner.mean()
+        H = int(traj[traj.L == L].H.iloc[0])
+        ax.plot(c.index, c, color=color, lw=1.4, marker="o", ms=2.5, label=f"L = {L}, H = {H}")
+    limit = homog[(homog.kind == "limit") & (homog.study == (
+        "homog_ballistic" if study == "homog_ballistic" else "homog_diffusive"))]
+    q = limit.groupby("t").inner.quantile([0.1, 0.5, 0.9]).unstack()
+    mean = limit.groupby("t").inner.mean()
+    label = "limit X(t) = X(0)" if study == "homog_ballistic" else "limit SDE: mean"
+    ax.plot(mean.index, mean, "k--", lw=1.8, label=label)
+    if study != "homog_ballistic":
+        ax.plot(q.index, q[0.1], "k:", lw=1, label="limit SDE: 10–90 % of runs")
+        ax.plot(q.index, q[0.9], "k:", lw=1)
+    ax.set_title(title)
+    ax.set_xlabel("fraction of the horizon (t/T or τ/T)")
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
+axes[0].set_ylabel("mean pairwise overlap ⟨xᵢ, xⱼ⟩ (mean over runs)")
+first = homog[homog.kind == "trajectory"].iloc[0]
+fig.suptitle(f"n = {first.n}, d = {first.d}, β = {first.beta:g}, horizon T = {first['T']:g}; "
+             f"{homog[homog.kind == 'trajectory'].groupby('point').run.nunique().min()} or more "
+             "weight draws per depth")
 fig_curves = plotting.save(fig, figures_dir, "homogenization_curves")
 
+# %%
+start = homog_limit_final(homog, "homog_ballistic")[0]
+limit_end = homog_limit_final(homog, "homog_diffusive")
+rows = []
+for study in STUDIES:
+    for (L, H), values in sorted(homog_finals(homog, study).items()):
+        se = values.std(ddof=1) / np.sqrt(len(values))
+        ref = start if study == "homog_ballistic" else limit_end.mean()
+        ref_se = 0.0 if study == "homog_ballistic" else limit_end.std(ddof=1) / np.sqrt(
+            len(limit_end))
+        rows.append({"study": study, "L": L, "H": H, "runs": len(values), "mean": values.mean(),
+                     "minus_limit": values.mean() - ref, "se": float(np.hypot(se, ref_se)),
+                     "spread": values.std(ddof=1)})
+finals = pd.DataFrame(rows)
+bal = finals[finals.study == "homog_ballistic"]
+fit_last = particles.get("homogenization", {}).get("fit_last", 4)
+fit = bal.tail(fit_last)
+slope_gap = loglog_slope(fit.L, fit.minus_limit.abs())
+slope_spread = loglog_slope(fit.L, fit.spread)
+
+fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True)
+ax = axes[0]
+ax.errorbar(bal.L, bal.minus_limit.abs(), yerr=2 * bal.se, color=C[0], marker="o", capsize=3,
+            label=f"measured (±2 SE); slope on the last {fit_last}: {slope_gap:.2f}")
+anchor_L, anchor = fit.L.iloc[0], fit.minus_limit.abs().iloc[0]
+Ls = np.asarray(bal.L, float)
+ax.plot(Ls, anchor * (Ls / anchor_L) ** -2.0, color=C[3], ls="--",
+        label="∝ L⁻² (printed rate, cor:ode1)")
+ax.plot(Ls, anchor * (Ls / anchor_L) ** -1.0, color="grey", ls="-.",
+        label="∝ L⁻¹ (corrected rate, formalisation)")
+ax.set_title("Ballistic: weak error to X(t) = X(0) at t = T")
+ax.set_ylabel("|mean overlap at t = T − at t = 0|")
+ax = axes[1]
+ax.plot(bal.L, bal.spread, color=C[0], marker="o",
+        label=f"ballistic (slope on the last {fit_last}: {slope_spread:.2f})")
+for study, color in [("homog_diffusive", C[3]), ("homog_heads", C[2])]:
+    s = finals[finals.study == study]
+    ax.plot(s.L, s.spread, color=color, marker="s", label=STUDIES[study])
+ax.axhline(limit_end.std(ddof=1), color="k", ls="--", lw=1, label="limit SDE")
+ax.set_title("Spread across weight draws at the horizon")
+ax.set_ylabel("std over runs of the mean overlap")
+ax = axes[2]
+for study, color, dx in [("homog_diffusive", C[3], 0.97), ("homog_heads", C[2], 1.03)]:
+    s = finals[finals.study == study]
+    ax.errorbar(s.L * dx, s.minus_limit, yerr=2 * s.se, color=color, marker="o", capsize=3,
+                label=STUDIES[study])
+    for _, r in s.iterrows():
+        ax.annotate(f"H={r.H}", (r.L * dx, r.minus_limit), fontsize=6, xytext=(3, 3),
+                    textcoords="offset points")
+ax.axhline(0, color="k", lw=0.8)
+ax.axhspan(-0.02, 0.02, color="grey", alpha=0.15, label="registered range ±0.02")
+ax.set_title("Diffusive: mean at τ = T minus the limit SDE's")
+ax.set_ylabel("difference of means (±2 SE)")
+for ax in axes:
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("depth L")
+    ax.legend(fontsize=7, frameon=False)
+axes[0].set_yscale("log")
+axes[1].set_yscale("log")
+fig_rates = plotting.save(fig, figures_dir, "convergence")
+finals.round(5)
+
 # %% [markdown]
-# ## Convergence rates and the two regimes
-# Gap = sup over recorded t of the distance between the mean curve at depth L and the limit's
-# mean curve (95 % bootstrap intervals over runs); the dotted line is the Monte Carlo noise level
-# (sup of the standard error of the difference), below which a gap cannot be resolved. Spread =
-# standard deviation across weight draws at t = 1.
+# ## Small temperature: the logistic law (`thm:clustering_small_beta`)
+# Start: all pairwise overlaps equal and positive, chosen so that m(0) = ‖x̄‖² is the same for
+# every n (equal overlaps need d ≥ n). Diffusive scaling, H = 1, steps dτ ≤ c/d. The theorem:
+# m(τ) follows u(τ) = u₀/(u₀ + (1 − u₀)e^{−τ}), u₀ = m(0), within C e^{Cτ} max(1/d, β²) +
+# C √((τ/d) log(4/δ)) with probability 1 − δ, whatever n. Gap = sup over recorded τ of
+# |mean over runs of m − u|; spread = sup over τ of the standard deviation over runs.
 
 # %%
-summary, slopes = homogenization_summary(homog, "inner", FIT_LAST, RESAMPLES)
-slope = slopes.set_index(["regime", "quantity"])
-REGIME_COLORS = {"deterministic": plotting.PALETTE[0], "stochastic": plotting.PALETTE[3]}
-fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
-for regime, s in summary.groupby("regime", sort=False):
-    color = REGIME_COLORS[regime]
-    for ax, q in zip(axes, ["gap", "spread"]):
-        k = slope.loc[(regime, q)]
-        # A percentile interval of a sup-distance need not contain the point estimate (the
-        # statistic is biased upwards); clip so the bar still spans the estimate.
-        yerr = np.clip([s[q] - s[f"{q}_lo"], s[f"{q}_hi"] - s[q]], 0, None)
-        ax.errorbar(s.L, s[q], yerr=yerr, color=color,
-                    marker="o", capsize=3, label=f"{regime} (fitted slope {k.slope:.2f})")
-    axes[0].plot(s.L, s.noise, ":", color=color, lw=1, label=f"{regime}: Monte Carlo noise level")
-    if regime == "stochastic":
-        axes[1].axhline(s.limit_spread.iloc[0], color=color, ls="--", lw=1,
-                        label="stochastic limit's spread")
-Ls = np.asarray(depths, float)
-det = summary[summary.regime == "deterministic"].set_index("L")
-for ax, q, power, text in [(axes[0], "gap", -1.0, "∝ 1/L (derived)"),
-                           (axes[1], "spread", -0.5, "∝ L^(-1/2) (derived)")]:
-    ref = det[q].iloc[-1] * (Ls / Ls[-1]) ** power
-    ax.plot(Ls, ref, color="grey", lw=1, ls="-.", label=text)
+cells = small_beta_cells(small)
+summary_small = small_beta_summary(cells)
+slopes_gap = slopes_over_d(summary_small, "gap")
+slopes_spread = slopes_over_d(summary_small, "spread")
+RULES = {"zero": ("β = 0", "o", "-"), "inv_sqrt_d": ("β = d^(−1/2)", "s", "--")}
+ns = sorted(summary_small.n.unique())
+n_colors = {n: C[i % 7] for i, n in enumerate(ns)}
+
+fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
+ax = axes[0]
+ds = sorted(summary_small.d.unique())
+d_colors = plt.cm.viridis(np.linspace(0, 0.85, len(ds)))
+n_show = ns[-1]
+for color, d in zip(d_colors, ds):
+    if ("zero", n_show, d) not in cells:
+        continue
+    tau, m, u = cells[("zero", n_show, d)]
+    ax.plot(tau, m.mean(0), color=color, marker="o", ms=3, label=f"d = {d} (mean over runs)")
+    if d in (ds[0], ds[-1]):
+        ax.fill_between(tau, *np.quantile(m, [0.1, 0.9], axis=0), color=color, alpha=0.15,
+                        lw=0, label=f"d = {d}: 10–90 % of runs")
+grid = np.linspace(0, tau.max(), 200)
+ax.plot(grid, logistic(m[0, 0], grid), "k--", lw=1.8, label="logistic u(τ) (the theorem)")
+ax.set_xlabel("diffusive time τ")
+ax.set_ylabel("m(τ) = ‖x̄‖²")
+ax.set_title(f"β = 0, n = {n_show}")
+ax.legend(fontsize=7, frameon=False)
+for ax, quantity, slopes, power, what in [
+        (axes[1], "gap", slopes_gap, -1.0, "sup_τ |mean m(τ) − u(τ)|"),
+        (axes[2], "spread", slopes_spread, -0.5, "sup_τ std over runs of m(τ)")]:
+    for (rule, n), g in summary_small.groupby(["beta_rule", "n"]):
+        label, marker, ls = RULES[rule]
+        k = slopes[(slopes.beta_rule == rule) & (slopes.n == n)].slope
+        ax.plot(g.d, g[quantity], marker=marker, ls=ls, color=n_colors[n],
+                label=f"{label}, n = {n}: slope {k.iloc[0]:.2f}" if len(k) else label)
+    dd = np.asarray(ds, float)
+    ref = summary_small[summary_small.d == ds[0]][quantity].mean()
+    ax.plot(dd, ref * (dd / dd[0]) ** power, color="grey", lw=3, alpha=0.4,
+            label=f"predicted slope {power:g} (the bound's {'1/d' if power == -1 else '√(1/d)'}"
+                  " term)")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("depth L")
-axes[0].set_ylabel("sup_t |mean_L(t) − mean_limit(t)|  (mean ⟨xᵢ, xⱼ⟩)")
-axes[0].set_title("Gap to the limit equation")
-axes[1].set_ylabel("std over weight draws of mean ⟨xᵢ, xⱼ⟩ at t = 1")
-axes[1].set_title("Spread across runs")
-for ax in axes:
-    ax.legend(fontsize=7, frameon=False)
-fig_rates = plotting.save(fig, figures_dir, "convergence")
-summary.round(4)
+    ax.set_xlabel("dimension d")
+    ax.set_ylabel(what)
+    ax.legend(fontsize=6.5, frameon=False)
+axes[1].set_title("Gap to the logistic law")
+axes[2].set_title("Run-to-run spread")
+fig_small = plotting.save(fig, figures_dir, "small_beta")
+summary_small.round(5)
 
 # %% [markdown]
-# ## Trade-offs between d, n and β
-# Stochastic regime, fresh uniform tokens and weights per run, clustering measured at time
-# T. "One cluster": mean ⟨xᵢ, xⱼ⟩ > 0.99. "Two antipodal clusters": every pair has
-# |⟨xᵢ, xⱼ⟩| > 0.99 but not one cluster. The dashed line is **our heuristic** boundary (derivation
-# §6; not the paper's): where the Lyapunov exponent λ of a balanced antipodal two-cluster state
-# changes sign. λ < 0 (left of / below it): two antipodal clusters can be stable, so collapse to
-# one cluster is not certain.
+# ## Simplex start (`thm:clustering_random_init`)
+# All overlaps start at γ₀ (the simplex configuration, d ≥ n); β = b√d so that attention scores
+# have the same scale at every d. f and g are computed by Monte Carlo over A on the simplex,
+# and the ODE γ̇ = b(γ) is solved as printed and with the exact drift of `eq:Dij_explicit_clean`
+# on the simplex, b(γ) + (γP − (2 − γ²)S)/d (the formaliser's correction). Right: the
+# initial drift measured on one layer (antithetic weight pairs, small step).
 
 # %%
-frac = cluster_fractions(tradeoff, COLLAPSED)
-lam = boundary.pivot(index="beta", columns="d", values="exponent")
+sx = simplex_cells(simplex)
+dev = simplex_deviation(sx)
+slope_dev = loglog_slope(dev.d, dev.rms_dev)
+drift = simplex[simplex.kind == "drift"].sort_values("d")
+fig, axes = plt.subplots(1, 3, figsize=(14, 4.2), constrained_layout=True)
+ax = axes[0]
+sd = sorted(sx)
+colors = plt.cm.viridis(np.linspace(0, 0.85, len(sd)))
+for color, d in zip(colors, sd):
+    c = sx[d]
+    ax.plot(c["tau"], c["overlap"].mean(0), color=color, marker="o", ms=3,
+            label=f"d = {d}: mean over runs and pairs")
+    ax.plot(c["tau"], c["corrected"], color=color, ls=":", lw=1.2)
+ax.plot(sx[sd[-1]]["tau"], sx[sd[-1]]["printed"], "k--", lw=1.6,
+        label=f"printed ODE γ̇ = b(γ) (d = {sd[-1]})")
+ax.plot([], [], color="grey", ls=":", label="corrected ODE, per d (dotted)")
+ax.set_xlabel("diffusive time τ")
+ax.set_ylabel("pairwise overlap")
+ax.set_title(f"n = {int(simplex.n.iloc[0])}, γ₀ = {simplex.gamma0.iloc[0]:g}, β = "
+             f"{simplex.beta.iloc[0] / np.sqrt(sd[0]):g}·√d")
+ax.legend(fontsize=7, frameon=False)
+ax = axes[1]
+ax.plot(dev.d, dev.rms_dev, color=C[0], marker="o", label=f"measured (slope {slope_dev:.2f})")
+dd = dev.d.to_numpy(float)
+ax.plot(dd, dev.rms_dev.iloc[0] * (dd / dd[0]) ** -0.5, color="grey", lw=3, alpha=0.4,
+        label="predicted slope −1/2 (the theorem's √(τ/d))")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("dimension d")
+ax.set_ylabel("rms over runs of sup_τ max_ij |R_ij − γ(τ)|")
+ax.set_title("Distance of every overlap to the printed ODE")
+ax.legend(fontsize=7, frameon=False)
+ax = axes[2]
+ax.errorbar(drift.d, drift.drift, yerr=2 * drift.drift_se, color=C[0], marker="o", capsize=3,
+            label="measured on one layer (±2 SE)")
+ax.plot(drift.d, drift.drift_printed, color=C[3], ls="--", marker="x",
+        label="printed drift b(γ₀)")
+ax.plot(drift.d, drift.drift_corrected, color="k", ls=":", marker="+",
+        label="corrected drift b(γ₀) + (γP − (2−γ²)S)/d")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("dimension d")
+ax.set_ylabel("dγ/dτ at τ = 0")
+ax.set_title("Which drift: the start of the simplex")
+ax.legend(fontsize=7, frameon=False)
+fig_simplex = plotting.save(fig, figures_dir, "simplex")
+dev.round(5)
+
+# %% [markdown]
+# ## Large temperature (`thm:large_beta_meta`)
+# Two tokens at β_eff = ∞ over a background of full support: every barycentre is
+# A x/‖Ax‖ (Laplace's principle), so the pair moves by `eq:update_tokens` with that barycentre.
+# The theorem: the overlap moves by O(1) only after a time of order d, and at τ = t·d it follows
+# du = −u(1 − u²)dt + √2(1 − u²)dB, absorbed at ±1 with P(+1) = 1/2 + arcsin(u₀)/π. The drift
+# coefficient k is also computed from `eq:Dij_explicit_clean` with the kernel
+# E⟨Ax/‖Ax‖, Ay/‖Ay‖⟩ by Monte Carlo over A; the printed SDE (k = 1) and the SDE with the
+# measured k are both overlaid.
+
+# %%
+kernel = large[large.kind == "kernel"]
+ds_pass, passage = passage_matrix(large, 0.0)
+medians = np.median(passage, axis=0)
+slope_pass = loglog_slope(ds_pass, medians)
+t_end, near = float(large.t_end.iloc[0]), float(large.near.iloc[0])
+fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), constrained_layout=True)
+ax = axes[0, 0]
+for u0, color in [(0.0, C[0]), (0.5, C[1])]:
+    dsu, pu = passage_matrix(large, u0)
+    ax.plot(dsu, np.median(pu, axis=0), color=color, marker="o",
+            label=f"from R(0) = {u0:g}: median over runs"
+                  + (f" (slope {slope_pass:.2f})" if u0 == 0 else ""))
+ax.plot(ds_pass, 0.8 * medians[0] * ds_pass / ds_pass[0], color="grey", lw=1.5, ls="--",
+        label="∝ d, slope 1 (the theorem's time scale τ = t·d)")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("dimension d")
+ax.set_ylabel(f"first τ with |R(τ) − R(0)| ≥ {large.move.iloc[0]:g}")
+ax.set_title("Time for the pair's overlap to move")
+ax.legend(fontsize=7, frameon=False)
+ax = axes[0, 1]
+for i, (u, g) in enumerate(kernel.groupby("overlap")):
+    ax.errorbar(g.d, g.k, yerr=2 * g.k_se, color=C[i], marker="o", capsize=3,
+                label=f"u = {u:g} (±2 SE)")
+ax.axhline(1.0, color=C[3], ls="--", label="printed: k = 1")
+ax.set_xscale("log", base=2)
+ax.set_xlabel("dimension d")
+ax.set_ylabel("k = −d·D(u) / (u(1 − u²))")
+ax.set_title("Drift coefficient of the overlap SDE in t = τ/d")
+ax.legend(fontsize=7, frameon=False)
+ax = axes[1, 0]
+ends = final_overlaps(large, 0.0)
+d_colors = plt.cm.viridis(np.linspace(0, 0.85, len(ends)))
+for color, (d, values) in zip(d_colors, sorted(ends.items())):
+    ax.hist(values, bins=40, range=(-1, 1), density=True, histtype="step", color=color,
+            label=f"particles, d = {d}")
+for label, style in [("printed", dict(color=C[3], ls="--", lw=2)),
+                     ("measured", dict(color="k", ls=":", lw=2))]:
+    h = large[(large.kind == "sde_hist") & (large.sde == label) & np.isclose(large.u0, 0.0)]
+    coef = h.coef.iloc[0]
+    ax.step(h.bin_lo, h.density, where="post", **style,
+            label=f"limit SDE, k = {coef:.2f} ({label})")
+ax.set_yscale("log")
+ax.set_xlabel(f"overlap R at τ = {t_end:g}·d")
+ax.set_ylabel("density")
+ax.set_title("Where pairs started at R = 0 end")
+ax.legend(fontsize=7, frameon=False, loc="upper center")
+ax = axes[1, 1]
+traj = large[(large.kind == "trajectory") & np.isclose(large.u0, 0.5)]
+for color, (d, g) in zip(d_colors, traj.groupby("d")):
+    p = g.groupby("t").overlap.apply(lambda r: (r > 0).mean())
+    ax.plot(p.index, p, color=color, label=f"particles, d = {int(d)}")
+for label, style in [("printed", dict(color=C[3], ls="--", lw=2)),
+                     ("measured", dict(color="k", ls=":", lw=2))]:
+    s = large[(large.kind == "sde") & (large.sde == label) & np.isclose(large.u0, 0.5)]
+    ax.plot(s.t, s.p_pos, **style, label=f"limit SDE, k = {s.coef.iloc[0]:.2f} ({label})")
+ax.axhline(float(arcsin_law(0.5)), color="grey", lw=1,
+           label="1/2 + arcsin(1/2)/π (the theorem's P(+1))")
+ax.set_xlabel("t = τ/d")
+ax.set_ylabel("fraction of pairs with R > 0")
+ax.set_title("Pairs started at R = 1/2")
+ax.legend(fontsize=7, frameon=False)
+fig_large = plotting.save(fig, figures_dir, "large_beta")
+kernel[["d", "overlap", "s", "s_se", "k", "k_se"]].round(4)
+
+# %% [markdown]
+# ## Maps at the theorems' horizon
+# Fresh uniform starts, diffusive scaling to τ = T, H = 1. Colour: mean over runs of
+# m(T) − u(T), the distance to the logistic law of `thm:clustering_small_beta` (u from each
+# run's m(0)). Lines: the paper's regimes, β = d^(−1/2) (small-temperature theorem),
+# β_eff = d² (large-temperature theorem), n = d/β² (the simplex theorem's constant
+# 1 + β²n/d). Orange dashed, labelled ours: where the exponent of an antipodal two-cluster
+# state changes sign (our heuristic, not the paper's).
+
+# %%
+frac = cluster_fractions(maps)
+lam = antipodal[antipodal.kind == "boundary"].pivot(index="beta", columns="d", values="exponent")
 
 
-def heatmap(ax, data, cols, value, title, xlabel):
-    grid = data.pivot(index="n", columns=cols, values=value).sort_index()
-    im = ax.imshow(grid.to_numpy(), origin="lower", cmap="viridis", vmin=0, vmax=1, aspect="auto")
-    ax.set_xticks(range(grid.shape[1]), [f"{c:g}" for c in grid.columns])
-    ax.set_yticks(range(grid.shape[0]), grid.index)
-    for (i, j), v in np.ndenumerate(grid.to_numpy()):
-        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                color="white" if v < 0.6 else "black")
+def heatmap(ax, cells_, column, title, xlabel):
+    grid_ = cells_.pivot(index="n", columns=column, values="logistic_gap").sort_index()
+    values = grid_.to_numpy()
+    vmax = max(0.05, float(np.nanmax(np.abs(values))))
+    im = ax.imshow(values, origin="lower", cmap="RdBu_r", vmin=-vmax, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(grid_.shape[1]), [f"{c:g}" for c in grid_.columns])
+    ax.set_yticks(range(grid_.shape[0]), grid_.index)
+    for (i, j), v in np.ndenumerate(values):
+        ax.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7,
+                color="white" if abs(v) > 0.6 * vmax else "black")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("tokens n")
     ax.set_title(title)
     ax.grid(False)
-    return im, np.asarray(grid.columns, float)
+    return im, np.asarray(grid_.columns, float), np.asarray(grid_.index, float)
 
 
-def draw_boundary(ax, positions, values, crossings):
-    """Draw vertical lines at the heuristic crossings, mapped onto the categorical axis."""
-    for x in crossings:
-        where = np.interp(x, positions, np.arange(len(positions)))
-        ax.axvline(where, color="white", ls="--", lw=2)
-        ax.axvline(where, color="#D55E00", ls="--", lw=1.2,
-                   label=f"heuristic λ = 0 at {x:.2f} (derived, not the paper's)")
-    if not crossings:
-        sign = "> 0" if np.all(values > 0) else "< 0" if np.all(values < 0) else "mixed"
-        ax.plot([], [], " ", label=f"heuristic λ {sign} over this range: no boundary")
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+def position(values, x):
+    """x on the categorical axis of the levels ``values`` (log-interpolated; a level 0 sits at
+    half the smallest positive one); NaN outside the levels' range."""
+    v = np.asarray(values, float)
+    safe = np.where(v > 0, v, v[v > 0].min() / 2 if (v > 0).any() else 1)
+    if not (x > 0 and safe.min() <= x <= safe.max()):
+        return np.nan
+    return float(np.interp(np.log(x), np.log(safe), np.arange(len(v))))
 
 
-dn = frac[frac.study == "tradeoff_dn"]
-bn = frac[frac.study == "tradeoff_beta_n"]
-beta_col = lam.index.to_numpy()[np.argmin(np.abs(lam.index.to_numpy() - trade["beta_at"]))]
-lam_d = lam.loc[beta_col].dropna()  # lambda(d) at the (d, n) map's beta (nearest grid beta)
-lam_b = lam[trade["d_at"]]  # lambda(beta) at the (beta, n) map's d
-cross_d = zero_crossings(lam_d.index.to_numpy(float), lam_d.to_numpy())
-cross_b = zero_crossings(lam_b.index.to_numpy(float), lam_b.to_numpy())
+def vline(ax, levels, x, **style):
+    """A vertical line at x, or only its legend entry (marked off the map) when x is outside."""
+    where = position(levels, x)
+    if np.isfinite(where):
+        ax.axvline(where, **style)
+    else:
+        ax.plot([], [], **{**style, "label": style["label"] + " — off this map"})
 
-fig, axes = plt.subplots(2, 2, figsize=(10, 8.5), constrained_layout=True)
-for col, (value, what) in enumerate([("one_cluster", "one cluster"),
-                                     ("two_clusters", "two antipodal clusters")]):
-    im, d_pos = heatmap(axes[0, col], dn, "d", value,
-                        f"fraction of runs in {what} (β = {trade['beta_at']:g})", "dimension d")
-    draw_boundary(axes[0, col], d_pos, lam_d.reindex(d_pos).to_numpy(),
-                  [x for x in cross_d if d_pos.min() <= x <= d_pos.max()])
-    im, b_pos = heatmap(axes[1, col], bn, "beta", value,
-                        f"fraction of runs in {what} (d = {trade['d_at']})", "inverse temperature β")
-    draw_boundary(axes[1, col], b_pos, lam_b.to_numpy(),
-                  [x for x in cross_b if b_pos.min() <= x <= b_pos.max()])
-fig.colorbar(im, ax=axes, shrink=0.6, label="fraction of runs")
-fig.suptitle(f"Clustering at homogenized time T = {tradeoff['T'].iloc[0]:g} (stochastic regime, "
-             f"depth {tradeoff.L.iloc[0]})")
-fig_maps = plotting.save(fig, figures_dir, "tradeoff_maps")
 
-# %%
-fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
-for i, d in enumerate(lam.columns):
-    ax.plot(lam.index, lam[d], color=plotting.PALETTE[i % 7], marker="o", ms=2.5, label=f"d = {d}")
-ax.axhline(0, color="k", lw=0.8)
-ax.set_xlabel("inverse temperature β")
-ax.set_ylabel("λ, Lyapunov exponent of log(1 + ρ)  (symlog)")
-ax.set_title("Derived heuristic (not the paper's): antipodal two-cluster state\n"
-             "λ < 0: can be stable (clustering mitigated); λ > 0: unstable")
-ax.set_yscale("symlog", linthresh=0.1)
-ax.legend(fontsize=7, frameon=False, ncol=2)
-fig_exponent = plotting.save(fig, figures_dir, "heuristic_exponent")
+m_settings = particles.get("maps", {})
+beta_at = float(frac[frac.study == "map_dn"].beta.iloc[0])
+d_at = int(frac[frac.study == "map_beta_n"].d.iloc[0])
+T_map = float(maps["T"].iloc[0])
+fig, axes = plt.subplots(1, 2, figsize=(13, 5.2), constrained_layout=True)
+im, d_levels, n_levels = heatmap(axes[0], frac[frac.study == "map_dn"], "d",
+                                 f"(d, n) at β = {beta_at:g}", "dimension d")
+ax = axes[0]
+# beta = d^(-1/2)  <=>  d = beta^-2 ;  beta = d^2  <=>  d = sqrt(beta) ;  n = d / beta^2
+vline(ax, d_levels, beta_at**-2 if beta_at > 0 else np.inf, color="k", ls="-", lw=1.5,
+               label=f"β = d^(−1/2) (d = {beta_at**-2:g})" if beta_at > 0 else "β = 0")
+vline(ax, d_levels, np.sqrt(beta_at), color="k", ls="--", lw=1.5,
+      label=f"β_eff = d² (d = {np.sqrt(beta_at):.2g})")
+if beta_at > 0:
+    xs = np.linspace(0, len(d_levels) - 1, 100)
+    d_of_x = np.exp(np.interp(xs, np.arange(len(d_levels)), np.log(d_levels)))
+    ys = [position(n_levels, d / beta_at**2) for d in d_of_x]
+    ax.plot(xs, ys, color="k", ls=":", lw=2, label="n = d/β² (where it crosses the map)")
+beta_col = lam.index.to_numpy()[np.argmin(np.abs(lam.index.to_numpy() - beta_at))]
+lam_d = lam.loc[beta_col].dropna()
+cross_d = [x for x in zero_crossings(lam_d.index.to_numpy(float), lam_d.to_numpy())
+           if d_levels.min() <= x <= d_levels.max()]
+for x in cross_d:
+    ax.axvline(position(d_levels, x), color="#D55E00", ls="--", lw=2,
+               label=f"ours: antipodal exponent = 0 (d = {x:.2f})")
+ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+im, b_levels, n_levels = heatmap(axes[1], frac[frac.study == "map_beta_n"], "beta",
+                                 f"(β, n) at d = {d_at}", "inverse temperature β")
+ax = axes[1]
+vline(ax, b_levels, d_at**-0.5, color="k", ls="-", lw=1.5, label=f"β = d^(−1/2) = {d_at**-0.5:g}")
+vline(ax, b_levels, float(d_at**2), color="k", ls="--", lw=1.5, label=f"β_eff = d² = {d_at**2}")
+positive = b_levels[b_levels > 0]
+xs = np.linspace(position(b_levels, positive.min()), len(b_levels) - 1, 100)
+b_of_x = np.exp(np.interp(xs, [position(b_levels, b) for b in positive], np.log(positive)))
+ys = np.array([position(n_levels, d_at / b**2) for b in b_of_x])
+ax.plot(xs, ys, color="k", ls=":", lw=2, label="n = d/β² (where it crosses the map)")
+if d_at in lam:
+    cross_b = zero_crossings(lam.index.to_numpy(float), lam[d_at].to_numpy())
+    label = "ours: antipodal exponent " + (
+        f"= 0 at β = {', '.join(f'{x:.2g}' for x in cross_b)}" if cross_b
+        else f"{'> 0' if (lam[d_at] > 0).all() else '< 0'} on its grid (β ≤ {lam.index.max():g})")
+    ax.plot([], [], color="#D55E00", ls="--", lw=2, label=label)
+ax.set_ylim(-0.5, len(n_levels) - 0.5)
+axes[0].set_ylim(-0.5, len(n_levels) - 0.5)
+ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+fig.colorbar(im, ax=axes, shrink=0.7, label=f"mean of m(T) − u(T) at τ = T = {T_map:g}")
+fig_maps = plotting.save(fig, figures_dir, "maps")
 
 # %% [markdown]
-# ## Comparison with E1: the same statistic in discrete, unscaled networks
-# E1's `san_skip` networks (random init, residual, no LayerNorm) and the particle model with step
-# η = 1 (no depth scaling) at E1's sizes (n tokens, width d, heads, depth). Both show the mean
-# cosine similarity of tokens rising with depth: the common random value matrices push all tokens
-# the same way. The two models differ (E1: fixed weights per layer shared by all sequences, heads
-# of width d/H with an output projection, Gaussian inputs, no projection to the sphere), so this
-# is a qualitative comparison.
+# ## Ours: an antipodal two-cluster exponent
+# Not in the paper: the Lyapunov exponent λ of a balanced antipodal two-cluster state, from the
+# linearisation of `eq:Dij_explicit_clean` there (derivation note). λ < 0: two antipodal
+# clusters can attract; λ > 0: unstable. Long two-token runs at its sides (τ up to
+# several tens) count how often two antipodal clusters form.
 
 # %%
-sweep = settings["init_sweep"]
-fig, ax = plt.subplots(figsize=(6, 4), constrained_layout=True)
-curves = {}
-e1_skip = e1[e1.variant == "san_skip"]
-if len(e1_skip):
-    q = e1_skip.groupby("layer").mean_cosine.quantile([0.1, 0.5, 0.9]).unstack()
-    curves["E1 san_skip"] = q
-    ax.plot(q.index, q[0.5], color=plotting.variant_color("san_skip"), lw=1.8,
-            label="E1: SAN + skip at init (median, 10–90 %)")
-    ax.fill_between(q.index, q[0.1], q[0.9], color=plotting.variant_color("san_skip"), alpha=0.2)
-q = discrete.groupby("layer").inner.quantile([0.1, 0.5, 0.9]).unstack()
-curves["particles"] = q
-ax.plot(q.index, q[0.5], color=plotting.PALETTE[3], lw=1.8,
-        label="particle model, η = 1 (median, 10–90 %)")
-ax.fill_between(q.index, q[0.1], q[0.9], color=plotting.PALETTE[3], alpha=0.2)
-ax.set_xlabel("layer")
-ax.set_ylabel("mean pairwise cosine similarity of tokens")
-ax.set_title(f"Unscaled depth: n = {discrete.n.iloc[0]}, d = {discrete.d.iloc[0]}, "
-             f"{discrete.H.iloc[0]:g} heads, {discrete.L.iloc[0]} layers")
-ax.legend(fontsize=7, frameon=False, loc="lower right")
-fig_e1 = plotting.save(fig, figures_dir, "e1_comparison")
+final_long = antipodal[antipodal.kind == "final"].assign(study="antipodal")
+long_frac = cluster_fractions(final_long, particles.get("antipodal", {}).get("collapsed", 0.99))
+fig, axes = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+ax = axes[0]
+for i, d in enumerate(lam.columns):
+    ax.plot(lam.index, lam[d], color=C[i % 7], marker="o", ms=2.5, label=f"d = {d}")
+ax.axhline(0, color="k", lw=0.8)
+ax.set_yscale("symlog", linthresh=0.1)
+ax.set_xlabel("inverse temperature β")
+ax.set_ylabel("λ (symlog)")
+ax.set_title("Ours: exponent of the antipodal two-cluster state")
+ax.legend(fontsize=7, frameon=False, ncol=2)
+ax = axes[1]
+x = np.arange(len(long_frac))
+ax.bar(x - 0.2, long_frac.two_clusters, 0.4, color=C[1], label="two antipodal clusters")
+ax.bar(x + 0.2, long_frac.one_cluster, 0.4, color=C[0], label="one cluster")
+ax.set_xticks(x, [f"d = {d}" for d in long_frac.d])
+ax.set_ylabel("fraction of runs")
+ax.set_title(f"Two tokens, β = {long_frac.beta.iloc[0]:g}, τ = "
+             f"{antipodal[antipodal.kind == 'final']['T'].iloc[0]:g}")
+ax.legend(fontsize=7, frameon=False)
+fig_antipodal = plotting.save(fig, figures_dir, "antipodal_exponent")
+long_frac.round(3)
 
 # %% [markdown]
 # ## Claims
 
 # %%
-by = summary.set_index(["regime", "L"])
-L_min, L_max = depths[0], depths[-1]
-sto_max, sto_min = by.loc[("stochastic", L_max)], by.loc[("stochastic", L_min)]
-B = RESAMPLES
-
-# The gap's drop from the smallest to the largest depth, with a bootstrap interval (the two
-# gaps' intervals come from independent resamples, so combine their half-widths in quadrature).
-drop = sto_min.gap - sto_max.gap
-half = np.hypot((sto_min.gap_hi - sto_min.gap_lo) / 2, (sto_max.gap_hi - sto_max.gap_lo) / 2)
-# Final-time difference of means (unbiased, unlike a sup over noisy points) with a normal CI.
-at_end = homog[(homog.regime == "stochastic") & (homog.t == 1.0)]
-end_L = at_end[(at_end.kind == "trajectory") & (at_end.L == L_max)].inner
-end_lim = at_end[at_end.kind == "limit"].inner
-end_diff = end_L.mean() - end_lim.mean()
-end_se = np.sqrt(end_L.var() / len(end_L) + end_lim.var() / len(end_lim))
-ratio = sto_max.spread / sto_max.limit_spread
-ratio_int = (sto_max.spread_lo / sto_max.limit_spread, sto_max.spread_hi / sto_max.limit_spread)
-
-
-def boot_fraction_difference(data_a, data_b, value, resamples=B, seed=0):
-    """Mean of `value` over group a minus over group b, with a bootstrap interval over runs."""
-    rng = np.random.default_rng(seed)
-    a, b = data_a[value].to_numpy(float), data_b[value].to_numpy(float)
-    est = a.mean() - b.mean()
-    boot = [rng.choice(a, len(a)).mean() - rng.choice(b, len(b)).mean() for _ in range(resamples)]
-    return float(est), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
-
-
-runs_dn = tradeoff[tradeoff.study == "tradeoff_dn"].assign(
-    one_cluster=lambda t: (t.inner > COLLAPSED).astype(float),
-    two_clusters=lambda t: ((t.min_abs_gram > COLLAPSED) & (t.inner <= COLLAPSED)).astype(float))
-n_lo, n_hi = runs_dn.n.min(), runs_dn.n.max()
-d_lo, d_hi = runs_dn.d.min(), runs_dn.d.max()
-n_effect = boot_fraction_difference(runs_dn[runs_dn.n == n_lo], runs_dn[runs_dn.n == n_hi],
-                                    "one_cluster")
-d_effect = boot_fraction_difference(runs_dn[runs_dn.d == d_hi], runs_dn[runs_dn.d == d_lo],
-                                    "one_cluster")
-pairs = runs_dn[runs_dn.n == runs_dn.n.min()]
-negative = [d for d in pairs.d.unique() if lam_d.get(d, np.nan) < 0]
-positive = [d for d in pairs.d.unique() if lam_d.get(d, np.nan) > 0]
-if negative and positive:
-    antipodal = boot_fraction_difference(pairs[pairs.d.isin(negative)],
-                                         pairs[pairs.d.isin(positive)], "two_clusters")
-else:
-    antipodal = (None, None)
-
-claims = [
-    Claim("E6.stochastic_limit",
-          "Under the stochastic scaling η²HL = T the particle system converges to a homogenized "
-          "stochastic limit with common noise (the limit SDE we overlay is derived here).",
-          "Koubbi, Geshkovski & Rigollet 2026, abstract; limit equation: our derivation §3",
-          f"mean ⟨xᵢ, xⱼ⟩ at t = 1: depth L = {L_max} minus the EM limit (95% normal CI over "
-          f"runs)",
-          float(end_diff), (float(end_diff - 1.96 * end_se), float(end_diff + 1.96 * end_se)),
-          -0.03, 0.03, "convergence (no rate stated in what we could read)",
-          reason=f"sup_t gap {sto_max.gap:.4f} at L = {L_max} (Monte Carlo noise level "
-                 f"{sto_max.noise:.4f}); {sto_min.gap:.4f} at L = {L_min}"),
-    Claim("E6.stochastic_gap_shrinks",
-          "The stochastic-regime curves approach the limit as L grows (derived: weak error O(1/L)).",
-          "derived here (our derivation §2); the paper states convergence",
-          f"gap(L = {L_min}) − gap(L = {L_max}) (95% CI from the two bootstrap intervals)",
-          float(drop), (float(drop - half), float(drop + half)), 0.0, np.inf, None,
-          reason=f"gap falls from {sto_min.gap:.4f} to {sto_max.gap:.4f}"),
-    Claim("E6.deterministic_drift_vanishes",
-          "With Gaussian weights the limiting drift vanishes: in the deterministic scaling ηHL = T "
-          "the tokens stay where they start, and finite-depth curves approach X(t) = X(0) at rate "
-          "1/L (rate derived here: noise clock η²HL = T²/(HL)).",
-          "Koubbi, Geshkovski & Rigollet 2026, abstract (drift vanishes); rate: our derivation §2",
-          f"slope of log gap against log L, deterministic regime, {FIT_LAST} largest depths "
-          f"(95% bootstrap CI)",
-          float(slope.loc[("deterministic", "gap")].slope),
-          (float(slope.loc[("deterministic", "gap")].lo),
-           float(slope.loc[("deterministic", "gap")].hi)), -1.3, -0.7, "drift = 0 (no rate)",
-          reason=f"gap {by.loc[('deterministic', L_max)].gap:.4f} at L = {L_max}"),
-    Claim("E6.deterministic_spread_vanishes",
-          "Deterministic regime: the spread across weight draws vanishes like (HL)^(-1/2).",
-          "Koubbi, Geshkovski & Rigollet 2026, abstract (deterministic limit); rate: derived here",
-          f"slope of log spread (std over runs at t = 1) against log L, {FIT_LAST} largest depths",
-          float(slope.loc[("deterministic", "spread")].slope),
-          (float(slope.loc[("deterministic", "spread")].lo),
-           float(slope.loc[("deterministic", "spread")].hi)), -0.7, -0.3, "→ 0",
-          reason=f"spread {by.loc[('deterministic', L_max)].spread:.4f} at L = {L_max}"),
-    Claim("E6.stochastic_spread_order_one",
-          "Stochastic regime: the spread across weight draws stays of order one (common noise) and "
-          "matches the limit's.",
-          "Koubbi, Geshkovski & Rigollet 2026, abstract (stochastic limit with common noise)",
-          f"spread at L = {L_max} / spread of the limit SDE at t = 1 (95% CI over runs)",
-          float(ratio), (float(ratio_int[0]), float(ratio_int[1])), 0.8, 1.25, "O(1)",
-          reason=f"spread {sto_max.spread:.3f} (limit {sto_max.limit_spread:.3f})"),
-    Claim("E6.tradeoff_context_length",
-          "Trade-off in n: at a fixed homogenized time, longer contexts are less often collapsed "
-          "to one cluster (direction measured here; the paper announces d–n–β trade-offs).",
-          "Koubbi, Geshkovski & Rigollet 2026, abstract; direction: our measurement",
-          f"fraction in one cluster at n = {n_lo} minus at n = {n_hi}, over d in the (d, n) map",
-          n_effect[0], n_effect[1], 0.02, 1.0, None,
-          reason=f"difference {n_effect[0]:.2f}"),
-    Claim("E6.tradeoff_dimension",
-          "Trade-off in d: at a fixed homogenized time, higher dimension collapses more "
-          "(direction measured here).",
-          "Koubbi, Geshkovski & Rigollet 2026, abstract; direction: our measurement",
-          f"fraction in one cluster at d = {d_hi} minus at d = {d_lo}, over n in the (d, n) map",
-          d_effect[0], d_effect[1], 0.02, 1.0, None,
-          reason=f"difference {d_effect[0]:.2f}"),
-    Claim("E6.heuristic_antipodal",
-          "Derived heuristic (ours, not the paper's): two antipodal clusters survive with positive "
-          "probability where λ < 0 and not where λ > 0.",
-          "our derivation §6 (cf. Fedorov et al. 2026 for two tokens)",
-          f"fraction of n = {runs_dn.n.min()} runs in two antipodal clusters: d with λ < 0 "
-          f"{sorted(map(int, negative))} minus d with λ > 0 {sorted(map(int, positive))}",
-          antipodal[0], antipodal[1], 0.05, 1.0, None,
-          reason="needs d on both sides of λ = 0" if antipodal[0] is None
-          else f"difference {antipodal[0]:.2f}"),
-]
-pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+registry = load_registry("workflow/claims.yaml")
+measurements = measure({k: data.get(k) for k in ("homog", "small_beta", "simplex",
+                                                  "large_beta", "antipodal")}, particles)
+judged = [judge(registry[m.id], m) for m in measurements]
+pd.DataFrame([{"id": j.spec.id, "kind": j.spec.kind, "value": j.value_text,
+               "range": j.spec.criterion, "verdict": j.verdict, "n": j.measurement.n}
+              for j in judged])
 
 # %%
-maps_html = pd.concat([
-    dn.assign(map="(d, n)"), bn.assign(map="(β, n)")
-])[["map", "d", "beta", "n", "one_cluster", "two_clusters", "inner", "runs"]].round(3)
-table_rates = summary[["regime", "L", "gap", "gap_lo", "gap_hi", "noise", "spread",
-                       "limit_spread"]].round(4)
-e1_final = float(curves["E1 san_skip"][0.5].iloc[-1]) if "E1 san_skip" in curves else None
-particle_final = float(curves["particles"][0.5].iloc[-1])
+small_rows = summary_small.sort_values(["beta_rule", "n", "d"])
+gap_line = "; ".join(f"{RULES[r][0]}, n = {n}: {k:.2f}" for r, n, k in
+                     slopes_gap[["beta_rule", "n", "slope"]].itertuples(index=False))
+spread_line = "; ".join(f"{RULES[r][0]}, n = {n}: {k:.2f}" for r, n, k in
+                        slopes_spread[["beta_rule", "n", "slope"]].itertuples(index=False))
+k_top = kernel[kernel.d == kernel.d.max()].k.mean()
+sb = particles.get("small_beta", {})
 summary_text = (
-    f"In the stochastic scaling (η = √(T/(HL))) the mean curves of the clustering statistic "
-    f"approach the derived limit SDE: the sup-gap falls from {sto_min.gap:.3f} at L = {L_min} to "
-    f"{sto_max.gap:.3f} at L = {L_max} (Monte Carlo noise {sto_max.noise:.3f}), while runs keep "
-    f"an O(1) spread ({sto_max.spread:.2f}; limit {sto_max.limit_spread:.2f}): the noise is "
-    f"common to all tokens. In the deterministic scaling the drift vanishes, the gap to "
-    f"X(t) = X(0) shrinks with slope {slope.loc[('deterministic', 'gap')].slope:.2f} in log L "
-    f"(derived: −1) and the spread with slope {slope.loc[('deterministic', 'spread')].slope:.2f} "
-    f"(derived: −1/2). At fixed time, collapse to one cluster is more common in higher d and "
-    f"less common for longer contexts; in d ≤ 3 a share of runs ends in two antipodal clusters, "
-    f"as our (derived, heuristic) exponent predicts. Limit equation, rates and boundary are our "
-    f"derivations: only the paper's abstract could be read."
+    "Particles on the sphere in the paper's conventions (head average, Gaussian weights of "
+    "variance 1/d, ballistic time t = Lη, diffusive time τ = Lη²/H), simulated as independent "
+    "runs with fresh weights at every layer and head. Homogenization: depths "
+    f"{', '.join(map(str, sorted(bal.L)))} under the ballistic scaling (weak error to "
+    f"X(t) = X(0): fitted slope {slope_gap:.2f} in log L on the last {fit_last} depths) and the "
+    "diffusive scaling at fixed H and with H = ⌈L^p⌉, compared with the Euler–Maruyama "
+    "solution of the limit SDE. Small temperature: equal positive overlaps with m(0) = "
+    f"{sb.get('m0', float(small.groupby(['n', 'd']).m.first().iloc[0])):g}, d = "
+    f"{', '.join(map(str, ds))}, β = 0 and β = d^(−1/2); fitted slopes of the gap to the "
+    f"logistic law against log d: {gap_line}; of the spread: {spread_line}. Simplex start: "
+    f"rms distance of the overlaps to the printed ODE, slope {slope_dev:.2f} in log d; initial "
+    "drifts measured on one layer against the printed and corrected drifts. Large temperature: "
+    f"a pair at β_eff = ∞, median time to move by {large.move.iloc[0]:g}, slope "
+    f"{slope_pass:.2f} in log d; drift coefficient of the overlap SDE from the kernel, "
+    f"{k_top:.2f} at d = {int(kernel.d.max())} (printed: 1). Maps of the distance to the "
+    f"logistic law at τ = {T_map:g} over (d, n) and (β, n) with the paper's lines; the "
+    "antipodal exponent is our extension."
 )
 print(summary_text)
+
+# %%
+figures = [
+    {"name": "homogenization_curves", **fig_curves, "caption":
+     "Mean pairwise overlap against the fraction of the horizon for growing depth L, one shared "
+     "start, fresh Gaussian weights per layer and head, heads averaged. Left: ballistic scaling "
+     "η = T/L with the limit X(t) = X(0) (cor:ode1, b ≡ 0 by lem:lemma_app) dashed. Middle: "
+     "diffusive scaling η = √(TH/L) with the Euler–Maruyama solution of "
+     "eq:Diffusive_gaussian_case dashed (its 10–90 % band dotted). Right: the diffusive "
+     "scaling with H = ⌈L^p⌉ heads growing with depth (cor:SDE, H = o(L^{1/3}))."},
+    {"name": "convergence", **fig_rates, "caption":
+     "Left: ballistic weak error at t = T against L (±2 standard errors) with the printed rate "
+     "L⁻² (cor:ode1) and the corrected rate L⁻¹ (the formalisation) as reference lines. Middle: "
+     "spread across weight draws at the horizon. Right: diffusive mean at τ = T minus the limit "
+     "SDE's mean, fixed H and growing H (±2 standard errors), with the registered range."},
+    {"name": "small_beta", **fig_small, "caption":
+     "thm:clustering_small_beta. Left: m(τ) = ‖x̄‖² for growing d at β = 0 (mean over runs, "
+     "10–90 % bands for the smallest and largest d) and the logistic law u(τ) dashed. Middle "
+     "and right: the gap to the logistic law and the run-to-run spread against d on log axes, "
+     "per temperature (β = 0, β = d^(−1/2)) and n, with the predicted slopes −1 and −1/2."},
+    {"name": "simplex", **fig_simplex, "caption":
+     "thm:clustering_random_init. Left: overlaps from the simplex start (mean over runs and "
+     "pairs) with the printed ODE γ̇ = b(γ) dashed and the corrected ODE per d dotted (f and g "
+     "by Monte Carlo over A). Middle: rms over runs of the largest distance of an overlap to "
+     "the printed ODE against d, with the predicted slope −1/2. Right: the initial drift "
+     "measured on one layer against the printed and the corrected drifts."},
+    {"name": "large_beta", **fig_large, "caption":
+     "thm:large_beta_meta, a pair of tokens at β_eff = ∞. Top left: median time for the "
+     "overlap to move a fixed amount against d, with ∝ d. Top right: drift coefficient k of "
+     "the overlap SDE in t = τ/d from the kernel (Monte Carlo over A), against the printed "
+     "k = 1. Bottom left: distribution of the overlap at τ = t·d from R(0) = 0, with the "
+     "printed SDE and the SDE with the measured k. Bottom right: fraction of pairs with R > 0 "
+     "from R(0) = 1/2 over t, with the two SDEs and the printed absorption probability."},
+    {"name": "maps", **fig_maps, "caption":
+     "Mean of m(T) − u(T) (the distance to the logistic law) at a few units of diffusive time, "
+     "over (d, n) and (β, n), fresh uniform starts. Black lines: the paper's regimes β = "
+     "d^(−1/2), β_eff = d² and n = d/β². Orange: where our antipodal exponent changes sign (an "
+     "extension of ours, not the paper's)."},
+    {"name": "antipodal_exponent", **fig_antipodal, "caption":
+     "Ours, not the paper's: the exponent of a balanced antipodal two-cluster state against β "
+     "for each d (Monte Carlo over A), and the fractions of long two-token runs that end in "
+     "two antipodal clusters or in one cluster."},
+]
+section_tables = [
+    {"caption": "Homogenization: mean overlap at the horizon per study and depth, its "
+                "difference to the limit with the standard error of that difference, and the "
+                "spread across runs.",
+     "html": finals.round(5).to_html(index=False, border=0, classes="data")},
+    {"caption": "Small temperature: gap to the logistic law, spread and rms deviation per "
+                "temperature, n and d (sup over the recorded τ).",
+     "html": small_rows.round(5).to_html(index=False, border=0, classes="data")},
+    {"caption": "Large temperature: the kernel E⟨Ax/‖Ax‖, Ay/‖Ay‖⟩ at overlap u and the "
+                "drift coefficient k it gives, per d (Monte Carlo over A, standard errors).",
+     "html": kernel[["d", "overlap", "s", "s_se", "k", "k_se"]].round(4).to_html(
+         index=False, border=0, classes="data")},
+]
+numbers = {
+    "ballistic": {"slope_gap": slope_gap, "slope_spread": slope_spread,
+                  "rows": bal.to_dict(orient="records")},
+    "small_beta": {"cells": summary_small.to_dict(orient="records"),
+                   "slopes_gap": slopes_gap.to_dict(orient="records"),
+                   "slopes_spread": slopes_spread.to_dict(orient="records")},
+    "simplex": {"rms_dev": dev.to_dict(orient="records"), "slope": slope_dev,
+                "drift": drift[["d", "drift", "drift_se", "drift_printed",
+                                "drift_corrected"]].to_dict(orient="records")},
+    "large_beta": {"median_passage": dict(zip(map(int, ds_pass), map(float, medians))),
+                   "slope_passage": slope_pass,
+                   "kernel": kernel[["d", "overlap", "k", "k_se"]].to_dict(orient="records")},
+    "maps": frac.to_dict(orient="records"),
+}
+if "measurements" in inspect.signature(section).parameters:
+    claim_fields = {"measurements": measurements}
+else:
+    # TRANSITION until the report side of issue 14 is merged: registry rows as legacy claims.
+    from rankcollapse.claims import Claim
+
+    claim_fields = {"claims": [
+        Claim(j.spec.id, j.spec.statement, j.spec.source, j.spec.quantity,
+              j.measurement.value, j.interval, j.spec.low, j.spec.high, j.spec.paper_value,
+              reason=j.why)
+        for j in judged]}
 io.write_json(section(
     experiment, "Homogenized transformers: random attention on the sphere",
     "Koubbi, Geshkovski & Rigollet (arXiv 2604.01978, 2026)", summary_text,
-    figures=[
-        {"name": "homogenization_curves", **fig_curves, "caption":
-         "Mean pairwise inner product and squared norm of the mean token against t = k/L for "
-         "growing depth L, one shared start, fresh Gaussian weights per layer and head. Top: "
-         "deterministic scaling ηHL = T, whose limit (dashed) is X(t) = X(0) because the drift "
-         "vanishes. Bottom: stochastic scaling η²HL = T, with the Euler–Maruyama solution of "
-         "the limit SDE (derived here, not read from the paper) dashed, its 10–90 % band dotted."},
-        {"name": "convergence", **fig_rates, "caption":
-         "Left: sup-distance between the mean curve at depth L and the limit's mean curve (95 % "
-         "bootstrap intervals over runs), with the Monte Carlo noise level dotted; the 1/L "
-         "reference is our derived rate. Right: spread across weight draws at t = 1: it "
-         "vanishes like L^(-1/2) (derived) in the deterministic regime and stays at the limit's "
-         "level in the stochastic one."},
-        {"name": "tradeoff_maps", **fig_maps, "caption":
-         "Fraction of runs in one cluster (left) and in two antipodal clusters (right) at fixed "
-         "homogenized time, over (d, n) (top) and (β, n) (bottom). The dashed line is our "
-         "heuristic boundary λ = 0 (derivation §6), not the paper's result."},
-        {"name": "heuristic_exponent", **fig_exponent, "caption":
-         "The derived heuristic exponent λ(d, β) of a balanced antipodal two-cluster state "
-         "(Monte Carlo); its sign change is the boundary drawn on the maps."},
-        {"name": "e1_comparison", **fig_e1, "caption":
-         "Mean cosine similarity of tokens against depth for E1's SAN + skip networks at init "
-         "and for the unscaled (η = 1) particle model at the same sizes: both cluster with "
-         "depth. Qualitative: the two models differ in normalisation and weight sharing."},
-    ],
-    tables=[
-        {"caption": "Gap to the limit and spread across runs per regime and depth (mean pairwise "
-                    "⟨xᵢ, xⱼ⟩; 95 % bootstrap intervals over runs).",
-         "html": table_rates.to_html(index=False, border=0, classes="data")},
-        {"caption": "Clustering at fixed time: fractions of runs in one cluster and in two "
-                    "antipodal clusters, per grid point.",
-         "html": maps_html.to_html(index=False, border=0, classes="data")},
-    ],
-    claims=claims,
-    numbers={
-        "convergence": summary.to_dict(orient="records"),
-        "slopes": slopes.to_dict(orient="records"),
-        "heuristic_crossings": {"d_at_beta": cross_d, "beta_at_d": cross_b},
-        "e1_san_skip_final_cosine": e1_final,
-        "particles_eta1_final_cosine": particle_final,
-        "depths": [int(L) for L in depths],
-    },
+    figures=figures, tables=section_tables, numbers=numbers, **claim_fields,
 ), numbers_path)

@@ -106,6 +106,28 @@ def layers_for(T: float, dtau_d: float, d: int, records: int) -> int:
     return records * math.ceil(L / records)
 
 
+def config_problems(particles: dict) -> list[str]:
+    """Cross-field problems of a schema-valid ``particles`` block, one line each."""
+    problems = []
+    s, x, h = (particles.get(k, {}) for k in ("small_beta", "simplex", "homogenization"))
+    if s.get("n") and s.get("d") and min(s["n"]) > min(s["d"]):
+        problems.append(f"particles.small_beta.n: the smallest n ({min(s['n'])}) exceeds the "
+                        f"smallest d ({min(s['d'])}); equal overlaps need d >= n")
+    if s.get("n") and "m0" in s and s["m0"] <= 1 / min(s["n"]):
+        problems.append(f"particles.small_beta.m0={s['m0']} must exceed 1/n = "
+                        f"{1 / min(s['n']):.3g} for every n (positive overlaps)")
+    if x.get("d") and "n" in x and x["n"] > min(x["d"]):
+        problems.append(f"particles.simplex.n={x['n']} exceeds the smallest "
+                        f"particles.simplex.d={min(x['d'])}: the simplex start needs d >= n")
+    if "n" in x and "gamma0" in x and x["gamma0"] <= -1 / (x["n"] - 1):
+        problems.append(f"particles.simplex.gamma0={x['gamma0']} must lie in "
+                        f"({-1 / (x['n'] - 1):.3g}, 1) for n = {x['n']}")
+    if h.get("depths") and h.get("fit_last", 0) > len(h["depths"]):
+        problems.append(f"particles.homogenization.fit_last={h['fit_last']} exceeds the "
+                        f"{len(h['depths'])} depths")
+    return problems
+
+
 def plan(particles: dict, init_sweep: dict) -> dict[str, dict[str, dict]]:
     """``{study: {point: params}}`` for the config's ``particles`` block (E1's ``init_sweep`` sets
     the discrete comparison). Every params dict is JSON-serialisable and holds its seed."""
@@ -117,7 +139,8 @@ def plan(particles: dict, init_sweep: dict) -> dict[str, dict[str, dict]]:
     out: dict[str, dict[str, dict]] = {
         "homog_ballistic": {"all": {
             **common, "kind": "homog", "regime": "ballistic", "H": h["heads"],
-            "depths": h["depths"], "runs": h["runs"], "drift_draws": h["drift_draws"]}},
+            "depths": h["depths"], "runs": h["ballistic_runs"],
+            "drift_draws": h["drift_draws"]}},
         "homog_diffusive": {"all": {
             **common, "kind": "homog", "regime": "diffusive", "H": h["heads"],
             "depths": h["depths"], "runs": h["runs"], "limit_runs": h["limit_runs"],
@@ -316,9 +339,12 @@ def first_passage(values: np.ndarray, times: np.ndarray, start: np.ndarray,
 
 def _run_large_beta(p: dict) -> pd.DataFrame:
     frames = []
-    steps = math.ceil(p["t_end"] / p["dt"] / p["records"]) * p["records"]
     for d in p["d"]:
         tau_end = p["t_end"] * d
+        # steps of at most dt in t = tau/d and at most dtau_max in tau (each token moves by about
+        # sqrt(dtau) per layer, and the overlap's discretisation error grows with it)
+        steps = max(math.ceil(p["t_end"] / p["dt"]), math.ceil(tau_end / p["dtau_max"]))
+        steps = math.ceil(steps / p["records"]) * p["records"]
         eta = step_size("diffusive", steps, 1, tau_end, p["head_norm"])
         for u0 in p["u0"]:
             traj = simulate_meanfield_argmax(2, d, 1, steps, eta, p["runs"],
@@ -329,7 +355,7 @@ def _run_large_beta(p: dict) -> pd.DataFrame:
             passage = first_passage(R, tau, R[:, 0], p["move"])
             keep = np.arange(0, steps + 1, steps // p["records"])
             frames.append(pd.DataFrame({
-                "kind": "trajectory", "d": d, "u0": u0,
+                "kind": "trajectory", "d": d, "u0": u0, "L": steps,
                 "run": np.repeat(np.arange(p["runs"]), len(keep)),
                 "tau": np.tile(tau[keep], p["runs"]), "t": np.tile(tau[keep] / d, p["runs"]),
                 "overlap": R[:, keep].ravel()}))
@@ -339,7 +365,7 @@ def _run_large_beta(p: dict) -> pd.DataFrame:
         overlaps = np.asarray(p["kernel_overlaps"], float)
         s, se = meanfield_pair_kernel(overlaps, d, p["kernel_samples"], g)
         k = pair_drift_coefficient(overlaps, s, d)
-        k_se = d * (d - 2 + overlaps**2) / d * se / (overlaps * (1 - overlaps**2))
+        k_se = (d - 2 + overlaps**2) * se / (overlaps * (1 - overlaps**2))  # dk/ds * se
         frames.append(pd.DataFrame({"kind": "kernel", "d": d, "overlap": overlaps, "s": s,
                                     "s_se": se, "k": k, "k_se": k_se,
                                     "samples": p["kernel_samples"]}))

@@ -47,6 +47,10 @@ BAD_CONFIGS = [
     ("learning_rate_text", "train: {lr: fast}\n", ["train.lr", "not of type 'number'"]),
     ("code_in_a_value", "init_sweep: {depth: \"__import__('os').system('touch pwned')\"}\n",
      ["init_sweep.depth", "not of type 'integer'"]),
+    ("simplex_needs_d_at_least_n", "particles: {simplex: {n: 12}}\n",
+     ["particles.simplex.n=12", "d >= n"]),
+    ("heads_outside_the_theorem", "particles: {homogenization: {heads_exponent: 0.5}}\n",
+     ["particles.homogenization.heads_exponent", "maximum"]),
 ]
 
 

@@ -18,19 +18,36 @@ from hypothesis import strategies as st
 from rankcollapse.particles import (
     HEAD_NORMS,
     antipodal_exponent,
+    arcsin_law,
     attention_layer,
+    barycentre_update,
     diffusion_kernel,
+    equal_overlap_tokens,
+    gaussian_times,
     head_scale,
     homogenized_time,
+    logistic,
     mean_pairwise_inner,
     mean_token_norm_sq,
+    meanfield_argmax_update,
+    meanfield_argmax_update_weights,
+    meanfield_pair_kernel,
     multihead_update,
+    overlap_for_mean,
+    pair_drift_coefficient,
     pair_inner_drift_diffusion,
+    pair_tokens,
+    project_to_sphere,
     record_indices,
     sample_weights,
+    simplex_drift,
+    simplex_fg,
     simulate_limit,
+    simulate_meanfield_argmax,
+    simulate_overlap_sde,
     simulate_particles,
     simulate_particles_loop,
+    solve_simplex_ode,
     step_size,
     uniform_tokens,
 )
@@ -70,13 +87,13 @@ def test_statistics_at_full_collapse() -> None:
 
 
 @pytest.mark.parametrize("head_norm", HEAD_NORMS)
-@pytest.mark.parametrize("regime", ["deterministic", "stochastic"])
+@pytest.mark.parametrize("regime", ["ballistic", "diffusive"])
 def test_step_size_reaches_time_T(regime: str, head_norm: str) -> None:
     L, H, T = 37, 5, 1.7
     eta = step_size(regime, L, H, T, head_norm)
     assert homogenized_time(regime, eta, H, L, head_norm) == pytest.approx(T, rel=1e-12)
     c = head_scale(H, head_norm)
-    if regime == "deterministic":
+    if regime == "ballistic":
         # the noise clock eta^2 c^2 H L = T^2/(H L) must vanish as depth grows
         big = step_size(regime, 100 * L, H, T, head_norm)
         assert big**2 * c**2 * H * 100 * L < eta**2 * c**2 * H * L / 50
@@ -91,6 +108,8 @@ def test_invalid_names_fail_fast() -> None:
         step_size("chaotic", 10, 1, 1.0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="head_norm"):
         head_scale(2, "max")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sampling"):
+        simulate_particles(3, 3, 1, 2, 0.1, 1.0, 2, 0, sampling="exact")  # type: ignore[arg-type]
 
 
 def test_record_indices_include_ends() -> None:
@@ -143,7 +162,7 @@ def test_one_layer_drift_of_inner_products_matches_formula() -> None:
     g = torch.Generator().manual_seed(5)
     X = X0.expand(R, n, d)
     Q, K, V = sample_weights(R, 1, d, g)
-    Y = attention_layer(X, Q, K, V, beta, step_size("stochastic", 1, 1, dtau))
+    Y = attention_layer(X, Q, K, V, beta, step_size("diffusive", 1, 1, dtau))
     change = (Y @ Y.transpose(-1, -2) - X @ X.transpose(-1, -2)) / dtau  # (R, n, n)
     C = diffusion_kernel(X0.unsqueeze(0), beta, 200_000, g)[0]
     drift, _ = pair_inner_drift_diffusion(C, X0 @ X0.T, d)
@@ -155,7 +174,7 @@ def test_one_layer_drift_of_inner_products_matches_formula() -> None:
 
 def test_vectorised_equals_loop_reference() -> None:
     kwargs = dict(n=5, d=4, H=3, L=6, eta=0.3, beta=1.5, runs=3, seed=7, record_every=2)
-    fast = simulate_particles(**kwargs)
+    fast = simulate_particles(**kwargs, sampling="weights")
     slow = simulate_particles_loop(**kwargs)
     np.testing.assert_array_equal(fast.layers, slow.layers)
     np.testing.assert_allclose(fast.inner, slow.inner, rtol=0, atol=1e-13)
@@ -201,7 +220,7 @@ def stochastic_limit():
 def test_em_limit_agrees_with_deep_particles(stochastic_limit, head_norm: str, H: int) -> None:
     (n, d, beta, T, X0), limit = stochastic_limit
     L, runs = 50, 3000
-    eta = step_size("stochastic", L, H, T, head_norm)
+    eta = step_size("diffusive", L, H, T, head_norm)
     deep = simulate_particles(
         n, d, H, L, eta, beta, runs, seed=H, record_every=10, head_norm=head_norm, X0=X0
     )
@@ -222,7 +241,7 @@ def test_deterministic_regime_spread_shrinks_with_depth() -> None:
     start = mean_pairwise_inner(X0.unsqueeze(0)).item()
     spread = {}
     for L in (10, 160):
-        eta = step_size("deterministic", L, H, T)
+        eta = step_size("ballistic", L, H, T)
         traj = simulate_particles(n, d, H, L, eta, beta, runs, seed=L, record_every=L, X0=X0)
         spread[L] = traj.inner[:, -1].std()
         # the limit is X(t) = X0: the run average stays at the start within 5 SE
@@ -230,7 +249,7 @@ def test_deterministic_regime_spread_shrinks_with_depth() -> None:
     # fluctuations scale like (H L)^(-1/2): 16x the depth -> ~4x smaller; ask for 2x
     assert spread[160] < 0.5 * spread[10]
     limit = simulate_limit(
-        n, d, beta, T, runs=2, seed=0, regime="deterministic", num_steps=4, X0=X0
+        n, d, beta, T, runs=2, seed=0, regime="ballistic", num_steps=4, X0=X0
     )
     np.testing.assert_allclose(limit.inner, start, rtol=0, atol=1e-14)
 
@@ -239,3 +258,210 @@ def test_antipodal_exponent_closed_form_at_zero_temperature() -> None:
     """beta = 0: a_i = mean token for all i, so C_bar = 0, kappa = 2, lambda = (d - 3)/d."""
     for d in (3, 5, 9):
         assert antipodal_exponent(d, 0.0, samples=200) == pytest.approx((d - 3) / d, abs=1e-8)
+
+
+# ---------------------------------------------------------------------------- the paper's model
+
+
+@pytest.mark.parametrize("H", [1, 2, 3])
+def test_head_average_is_the_papers_update_rule(H: int) -> None:
+    """eq:update_tokens on hand-built weights: x_i <- N(x_i + (eta/H) sum_h V_h m_{beta,A_h}(x_i)),
+    m_{beta,A}(z) = sum_k e^{beta <A z, x_k>} x_k / sum_k e^{beta <A z, x_k>}, written out with
+    plain loops over tokens and heads. Our layer scores <Q x_i, K x_k>, which is <A x_i, x_k>
+    for Q = A and K = I."""
+    X = np.array([[1.0, 0.0, 0.0], [0.6, 0.8, 0.0], [0.0, 0.6, -0.8], [-0.48, 0.6, 0.64]])
+    A = [np.array([[1.0, 2.0, 0.0], [0.0, -1.0, 1.0], [3.0, 0.0, 1.0]]),
+         np.array([[0.0, 1.0, -2.0], [1.0, 0.0, 0.5], [-1.0, 1.0, 0.0]]),
+         np.array([[2.0, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, -1.0]])][:H]
+    V = [np.array([[0.5, -1.0, 0.0], [1.0, 0.0, 2.0], [0.0, 1.0, -0.5]]),
+         np.array([[-1.0, 0.0, 1.0], [0.5, 0.5, 0.0], [2.0, -1.0, 0.0]]),
+         np.array([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0]])][:H]
+    beta, eta = 0.7, 0.3
+    expected = np.empty_like(X)
+    for i, x in enumerate(X):
+        update = np.zeros(3)
+        for A_h, V_h in zip(A, V, strict=True):
+            w = np.array([np.exp(beta * np.dot(A_h @ x, xk)) for xk in X])
+            update += V_h @ (w[:, None] * X).sum(0) / w.sum()
+        y = x + eta / H * update
+        expected[i] = y / np.linalg.norm(y)
+
+    def stack(mats):
+        return torch.tensor(np.stack(mats), dtype=torch.float64).unsqueeze(0)  # (1, H, 3, 3)
+
+    Q, V_t = stack(A), stack(V)
+    K = torch.eye(3, dtype=torch.float64).expand(1, H, 3, 3)
+    Xt = torch.tensor(X, dtype=torch.float64).unsqueeze(0)
+    ours = attention_layer(Xt, Q, K, V_t, beta, eta)  # default head_norm: the paper's mean
+    np.testing.assert_allclose(ours[0].numpy(), expected, rtol=0, atol=1e-13)
+    loop = attention_layer_loop_ref(Xt, Q, K, V_t, beta, eta)
+    np.testing.assert_allclose(loop[0].numpy(), expected, rtol=0, atol=1e-13)
+    # our variants differ from the paper's average only by the factor multiplying eta
+    for head_norm in ("sum", "sqrt"):
+        scaled = attention_layer(Xt, Q, K, V_t, beta, eta * head_scale(H) / head_scale(
+            H, head_norm), head_norm)
+        np.testing.assert_allclose(scaled[0].numpy(), expected, rtol=0, atol=1e-13)
+
+
+def attention_layer_loop_ref(*args):
+    from rankcollapse.particles import attention_layer_loop
+
+    return attention_layer_loop(*args)
+
+
+@pytest.mark.parametrize("head_norm", HEAD_NORMS)
+def test_default_clocks_are_the_papers(head_norm: str) -> None:
+    """Head average: ballistic t = L eta, diffusive tau = L eta^2 / H (eta = sqrt(T H / L))."""
+    L, H, T = 64, 4, 2.0
+    assert step_size("ballistic", L, H, T) == pytest.approx(T / L)
+    assert step_size("diffusive", L, H, T) == pytest.approx(math.sqrt(T * H / L))
+    eta = step_size("diffusive", L, H, T, head_norm)
+    assert homogenized_time("diffusive", eta, H, L, head_norm) == pytest.approx(T)
+
+
+# ---------------------------------------------------------------------------- fast sampling
+
+
+def test_barycentre_update_at_zero_temperature() -> None:
+    """At beta = 0 every token's head output is c_H sum_h V_h xbar: the same vector for all."""
+    n, d, H = 5, 6, 3
+    X = uniform_tokens(2, n, d, torch.Generator().manual_seed(1))
+    Q, K, V = sample_weights(2, H, d, torch.Generator().manual_seed(2))
+    exact = multihead_update(X, Q, K, V, 0.0)  # (2, n, d)
+    xbar = X.mean(dim=1)
+    manual = (V @ xbar[:, None, :, None]).squeeze(-1).mean(dim=1)  # (1/H) sum_h V_h xbar
+    torch.testing.assert_close(exact, manual.unsqueeze(1).expand(2, n, d), rtol=0, atol=1e-14)
+    # its law: N(0, |xbar|^2 / (d H) I), which barycentre_update reproduces from unit normals
+    g = torch.ones(2, d, dtype=torch.float64)
+    scaled = barycentre_update(X, g, H)[:, 0]
+    torch.testing.assert_close(scaled, (xbar.norm(dim=-1) / math.sqrt(d * H)).unsqueeze(-1) * g)
+
+
+@pytest.mark.parametrize(("n", "d", "beta"), [(4, 10, 0.0), (4, 10, 1.3), (3, 8, 5.0)])
+def test_fast_sampling_has_the_law_of_full_weights(n: int, d: int, beta: float) -> None:
+    """One layer from a fixed start: the fast path (barycentre or projections) and full weight
+    matrices give the same mean and variance of the mean overlap and of one coordinate."""
+    X0 = fixed_tokens(n, d, seed=4)
+    R, H, eta = 40_000, 2, 0.5
+    out = {}
+    for sampling in ("weights", "fast"):
+        traj = simulate_particles(n, d, H, 1, eta, beta, R, seed=9, X0=X0, sampling=sampling)
+        out[sampling] = np.stack([traj.inner[:, -1], traj.final[:, 0, 0].numpy()])
+    a, b = out["weights"], out["fast"]
+    se = np.sqrt(a.var(1) / R + b.var(1) / R)
+    # two independent samples of the same law: |difference of means| < 4.5 SE
+    assert np.all(np.abs(a.mean(1) - b.mean(1)) < 4.5 * se)
+    # variances agree within 5 % (the variance of a sample variance: about 2 var^2 / R)
+    np.testing.assert_allclose(a.var(1), b.var(1), rtol=0.05)
+
+
+def test_gaussian_times_law() -> None:
+    """G Y for fresh G (entries N(0, 1/d)) has rows ~ N(0, Y^T Y / d): check its covariance."""
+    d, R = 7, 200_000
+    Y = torch.tensor([[1.0, 0.5], [0.0, 2.0], [1.0, -1.0]] + [[0.0, 0.0]] * (d - 3),
+                     dtype=torch.float64)
+    GY = gaussian_times(Y.expand(R, d, 2), torch.Generator().manual_seed(3))  # (R, d, 2)
+    rows = GY.reshape(-1, 2)
+    cov = rows.T @ rows / rows.shape[0]
+    torch.testing.assert_close(cov, Y.T @ Y / d, rtol=0.02, atol=0.002)
+
+
+def test_meanfield_argmax_barycentre() -> None:
+    """beta_eff = infinity over a full-support measure: m(z) = A z / |A z| with A = K^T Q; the
+    fast draw has the law of explicit weights (one layer, two tokens)."""
+    d = 5
+    X = pair_tokens(d, 0.3).unsqueeze(0)
+    Q = torch.eye(d, dtype=torch.float64).reshape(1, 1, d, d) * 2.0
+    K = torch.diag(torch.arange(1.0, d + 1, dtype=torch.float64)).reshape(1, 1, d, d)
+    V = torch.eye(d, dtype=torch.float64).reshape(1, 1, d, d)
+    A = K[0, 0].T @ Q[0, 0]
+    expected = torch.stack([A @ x / torch.linalg.vector_norm(A @ x) for x in X[0]])
+    torch.testing.assert_close(meanfield_argmax_update_weights(X, Q, K, V)[0], expected)
+    R = 60_000
+    Xr = X.expand(R, 2, d)
+    Qr, Kr, Vr = sample_weights(R, 1, d, torch.Generator().manual_seed(5))
+    full = project_to_sphere(Xr + 0.4 * meanfield_argmax_update_weights(Xr, Qr, Kr, Vr))
+    fast = project_to_sphere(Xr + 0.4 * meanfield_argmax_update(
+        Xr, 1, torch.Generator().manual_seed(6)))
+    overlaps = [(Y[:, 0] * Y[:, 1]).sum(-1).numpy() for Y in (full, fast)]
+    se = math.sqrt(overlaps[0].var() / R + overlaps[1].var() / R)
+    assert abs(overlaps[0].mean() - overlaps[1].mean()) < 4.5 * se
+    traj = simulate_meanfield_argmax(2, d, 2, 5, 0.3, 3, seed=1, X0=pair_tokens(d, 0.0))
+    assert (traj.final.norm(dim=-1) - 1).abs().max() < 1e-12
+
+
+# ---------------------------------------------------------------------------- theorem limits
+
+
+def test_equal_overlap_start() -> None:
+    X = equal_overlap_tokens(4, 6, 0.3)
+    G = (X @ X.T).numpy()
+    np.testing.assert_allclose(G, 0.7 * np.eye(4) + 0.3, atol=1e-14)
+    gamma = overlap_for_mean(0.4, 4)
+    m = mean_token_norm_sq(equal_overlap_tokens(4, 4, gamma).unsqueeze(0)).item()
+    assert m == pytest.approx(0.4, abs=1e-14)
+    with pytest.raises(ValueError, match="d >= n"):
+        equal_overlap_tokens(5, 4, 0.2)
+    with pytest.raises(ValueError, match="gamma"):
+        equal_overlap_tokens(3, 4, -0.6)
+
+
+def test_logistic_solves_the_law() -> None:
+    tau = np.linspace(0, 4, 401)
+    u = logistic(0.3, tau)
+    assert u[0] == pytest.approx(0.3)
+    derivative = np.gradient(u, tau)
+    np.testing.assert_allclose(derivative[1:-1], (u * (1 - u))[1:-1], atol=1e-4)
+
+
+def test_simplex_drift_is_the_overlap_drift_on_the_simplex() -> None:
+    """The corrected simplex drift equals eq:Dij_explicit_clean evaluated on the simplex kernel
+    (s_ii = P, s_ij = S); the printed one differs by (gamma P - (2 - gamma^2) S) / d."""
+    n, d = 4, 9
+    for gamma, f, g in [(0.0, 0.4, 0.2), (0.5, 0.3, 0.27), (-0.2, 0.5, 0.1)]:
+        P, S = gamma + (1 - gamma) * f, gamma + (1 - gamma) * g
+        s = torch.full((n, n), S, dtype=torch.float64)
+        s.fill_diagonal_(P)
+        R = torch.full((n, n), gamma, dtype=torch.float64)
+        R.fill_diagonal_(1.0)
+        drift, _ = pair_inner_drift_diffusion(s, R, d)
+        assert simplex_drift(gamma, f, g, d) == pytest.approx(drift[0, 1].item(), abs=1e-14)
+        assert simplex_drift(gamma, f, g, d) - simplex_drift(gamma, f, g) == pytest.approx(
+            (gamma * P - (2 - gamma**2) * S) / d, abs=1e-14)
+
+
+def test_simplex_ode_at_zero_temperature_is_the_logistic_law() -> None:
+    """beta = 0: pi = 1/n, so f = g = 1/n, and m = gamma + (1 - gamma)/n solves mdot = m(1-m)."""
+    n, grid = 4, np.linspace(-0.3, 0.999, 30)
+    f, g = simplex_fg(grid, n, 8, 0.0, 100, torch.Generator().manual_seed(0))
+    np.testing.assert_allclose(f, 1 / n, atol=1e-12)
+    np.testing.assert_allclose(g, 1 / n, atol=1e-12)
+    taus = np.linspace(0, 3, 7)
+    gamma = solve_simplex_ode(0.0, taus, grid, f, g)
+    np.testing.assert_allclose(gamma + (1 - gamma) / n, logistic(1 / n, taus), atol=1e-8)
+
+
+def test_simplex_weights_depend_on_temperature() -> None:
+    grid = np.array([0.0])
+    f, g = simplex_fg(grid, 4, 16, 4.0, 5000, torch.Generator().manual_seed(0))
+    assert f[0] > 0.25 + 0.05  # sharper attention: more weight on one token
+    assert f[0] > g[0]  # Cauchy-Schwarz: sum_k pi_ik pi_jk <= sum_k pi_ik^2 on average
+
+
+def test_pair_kernel_and_coefficient() -> None:
+    """s(1) = 1 exactly; s(R) = R would give the printed coefficient k = 1 exactly."""
+    g = torch.Generator().manual_seed(0)
+    s, se = meanfield_pair_kernel(np.array([1.0 - 1e-12, 0.0]), 6, 20_000, g)
+    assert s[0] == pytest.approx(1.0, abs=1e-9)
+    assert abs(s[1]) < 4.5 * se[1]  # x -> -x symmetry: s(0) = 0
+    R = np.array([0.25, 0.5, 0.75])
+    np.testing.assert_allclose(pair_drift_coefficient(R, R, 16), 1.0, atol=1e-12)
+
+
+def test_printed_overlap_sde_follows_the_arcsin_law() -> None:
+    """k = 1 from u0 = 1/2: absorbed at +1 with probability 1/2 + arcsin(1/2)/pi = 2/3."""
+    paths = 4000
+    _, u = simulate_overlap_sde(1.0, 0.5, 8.0, paths, seed=0, dt=2e-3)
+    positive = (u[:, -1] > 0).mean()
+    assert abs(positive - arcsin_law(0.5)) < 4.5 * math.sqrt(2 / 9 / paths) + 0.01
+    assert (np.abs(u[:, -1]) > 0.9).mean() > 0.95  # absorbed by t = 8

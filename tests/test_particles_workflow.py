@@ -11,13 +11,18 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
+from rankcollapse.config import ConfigError, check_config
 from rankcollapse.homogenized import (
     TABLES,
     cluster_fractions,
-    homogenization_summary,
+    config_problems,
+    first_passage,
+    heads_for_depth,
     plan,
     record_every,
     run_point,
+    small_beta_cells,
+    small_beta_summary,
     zero_crossings,
 )
 
@@ -34,13 +39,25 @@ def config_of(name: str) -> dict:
 def small_settings() -> dict:
     """A complete `particles` block (as the schema's defaults would fill it), tiny sizes."""
     return {
-        "seed": 0, "discrete_runs": 3,
-        "homogenization": {"n": 4, "d": 3, "heads": 2, "beta": 1.0, "T": 2.0, "head_norm": "sum",
-                           "depths": [2, 8], "runs": 6, "records": 4, "limit_runs": 6,
-                           "limit_steps": 8, "limit_samples": 2},
-        "tradeoff": {"T": 3.0, "depth": 4, "heads": 1, "runs": 5, "d": [2, 3], "n": [2, 3],
-                     "beta": [0.0, 0.5], "beta_at": 1.0, "d_at": 3, "boundary_betas": 3,
-                     "boundary_samples": 200},
+        "seed": 0, "head_norm": "mean", "discrete_runs": 3,
+        "homogenization": {"n": 4, "d": 3, "heads": 2, "beta": 1.0, "T": 2.0, "depths": [2, 8],
+                           "fit_last": 2, "runs": 6, "ballistic_runs": 6, "records": 4,
+                           "drift_draws": 50, "limit_runs": 6, "limit_steps": 8,
+                           "limit_samples": 2, "heads_depths": [2, 16], "heads_exponent": 0.25,
+                           "heads_runs": 6},
+        "small_beta": {"d": [4, 6], "n": [2, 4], "m0": 0.6, "T": 1.0, "records": 2, "runs": 5,
+                       "dtau_d": 2.0, "beta_rules": ["zero", "inv_sqrt_d"]},
+        "simplex": {"n": 3, "d": [4, 6], "gamma0": 0.0, "beta_sqrt_d": 1.0, "T": 1.0,
+                    "records": 3, "runs": 5, "dtau_d": 2.0, "fg_grid": 5, "fg_samples": 100,
+                    "drift_dtau": 0.01, "drift_draws": 50, "drift_horizon": 0.5},
+        "large_beta": {"d": [3, 4], "u0": [0.0, 0.5], "t_end": 0.5, "dt": 0.1, "dtau_max": 1.0,
+                       "move": 0.1, "near": 0.9, "runs": 5, "records": 5,
+                       "kernel_overlaps": [0.5], "kernel_samples": 200, "sde_paths": 20},
+        "maps": {"T": 1.0, "layers": 4, "runs": 3, "d": [2, 3], "n": [2, 3], "beta": [0.0, 1.0],
+                 "beta_at": 0.5, "d_at": 3},
+        "antipodal": {"d": [3, 4], "n": 2, "beta": 1.0, "T": 1.0, "layers": 4, "runs": 3,
+                      "collapsed": 0.99, "boundary_beta_max": 1.0, "boundary_betas": 2,
+                      "boundary_samples": 200},
     }
 
 
@@ -58,14 +75,13 @@ def test_plan_names_are_safe_unique_and_json():
             json.dumps(params, allow_nan=False)  # snakemake params -> papermill/log safe
 
 
-def test_plan_is_stable_under_grid_extension():
-    """Adding a grid value must not change (and so not rerun) the existing points."""
-    small = small_settings()
-    bigger = small_settings()
-    bigger["tradeoff"]["n"] = [2, 3, 7]
-    a, b = plan(small, INIT), plan(bigger, INIT)
-    for point, params in a["tradeoff_dn"].items():
-        assert b["tradeoff_dn"][point] == params
+def test_cells_keep_their_numbers_when_the_grid_grows():
+    """A point batches a grid, but every cell has its own seed: adding a d changes no cell."""
+    small, bigger = small_settings(), small_settings()
+    bigger["small_beta"]["d"] = [4, 6, 8]
+    a = run_point(plan(small, INIT)["small_beta"]["zero"])
+    b = run_point(plan(bigger, INIT)["small_beta"]["zero"])
+    pd.testing.assert_frame_equal(a, b[b.d.isin(a.d.unique())].reset_index(drop=True))
 
 
 @pytest.mark.parametrize(("steps", "records"), [(4, 16), (1024, 16), (10, 16), (64, 64), (7, 3)])
@@ -76,25 +92,69 @@ def test_recorded_times_lie_on_the_common_grid(steps: int, records: int):
     np.testing.assert_allclose(t * records, np.round(t * records), atol=1e-9)
 
 
+def test_heads_grow_inside_the_theorems_range():
+    depths = [16, 64, 256, 1024, 4096]
+    heads = [heads_for_depth(L, 0.25) for L in depths]
+    assert heads == [2, 3, 4, 6, 8]
+    assert all(H**3 < L for H, L in zip(heads, depths, strict=True))  # H = o(L^{1/3})
+
+
+def test_first_passage():
+    values = np.array([[0.0, 0.1, 0.3, 0.2], [0.0, -0.05, -0.1, 0.05]])
+    times = np.array([0.0, 1.0, 2.0, 3.0])
+    out = first_passage(values, times, values[:, 0], 0.25)
+    assert out[0] == 2.0 and np.isnan(out[1])
+
+
 def test_every_point_kind_runs_and_analyses():
     p = plan(small_settings(), INIT)
-    homog = pd.concat([run_point(params).assign(study=s, point=name)
-                       for s in TABLES["homog"] for name, params in p[s].items()])
-    assert set(homog.kind) == {"trajectory", "limit"}
-    assert homog[homog.t == 0].groupby("regime").inner.nunique().max() == 1  # shared start
-    summary, slopes = homogenization_summary(homog, "inner", fit_depths=2, resamples=20)
-    assert len(summary) == 4 and len(slopes) == 4
-    det = summary[summary.regime == "deterministic"]
-    assert (det.limit_spread == 0).all()  # the deterministic limit is X(t) = X(0) exactly
-
-    trade = pd.concat([run_point(params).assign(study=s, point=name)
-                       for s in TABLES["tradeoff"] for name, params in p[s].items()])
-    frac = cluster_fractions(trade)
+    tables = {}
+    for name, studies in TABLES.items():
+        tables[name] = pd.concat([run_point(params).assign(study=s, point=point)
+                                  for s in studies for point, params in p[s].items()],
+                                 ignore_index=True)
+    homog = tables["homog"]
+    assert set(homog.kind) == {"trajectory", "limit", "drift_check"}
+    traj = homog[homog.kind == "trajectory"]
+    assert traj[traj.t == 0].groupby("study").inner.nunique().max() == 1  # shared start
+    assert set(homog[homog.study == "homog_heads"].H.dropna()) == {2.0}  # ceil(2^.25), 16^.25
+    cells = small_beta_cells(tables["small_beta"])
+    assert {k[2] for k in cells} == {4, 6} and all(k[1] <= k[2] for k in cells)
+    for tau, m, u in cells.values():
+        np.testing.assert_allclose(m[:, 0], u[0])  # every run starts at m(0) = u(0)
+    assert len(small_beta_summary(cells)) == len(cells)
+    simplex = tables["simplex"]
+    assert set(simplex.kind) == {"trajectory", "ode", "fg", "drift"}
+    large = tables["large_beta"]
+    assert {"trajectory", "passage", "kernel", "sde", "sde_hist"} <= set(large.kind)
+    frac = cluster_fractions(tables["maps"])
     assert ((frac.one_cluster + frac.two_clusters) <= 1).all()
-    bound = run_point(p["boundary"]["d3"])
-    assert len(bound) == 3 and np.isfinite(bound.exponent).all()
-    discrete = run_point(p["discrete"]["e1"])
+    assert {"logistic_gap", "m", "u"} <= set(frac.columns)
+    boundary = tables["antipodal"][tables["antipodal"].kind == "boundary"]
+    assert len(boundary) == 3 * 2 and np.isfinite(boundary.exponent).all()  # d in {2, 3, 4}
+    discrete = tables["discrete"]
     assert discrete.layer.max() == INIT["depth"] and (discrete.eta == 1.0).all()
+    # the claim statistics run on these tables (values at these sizes are noise)
+    from rankcollapse.claims.e6 import IDS, measure
+
+    assert [m.id for m in measure(tables, small_settings(), resamples=20)] == list(IDS)
+
+
+@pytest.mark.parametrize(("block", "change", "fragment"), [
+    ("simplex", {"n": 9}, "particles.simplex.n=9"),
+    ("simplex", {"gamma0": -0.6}, "particles.simplex.gamma0"),
+    ("small_beta", {"m0": 0.2}, "particles.small_beta.m0"),
+    ("small_beta", {"n": [8]}, "particles.small_beta.n"),
+    ("homogenization", {"fit_last": 9}, "particles.homogenization.fit_last"),
+])
+def test_config_problems_name_the_key(block, change, fragment):
+    settings = small_settings()
+    assert config_problems(settings) == []
+    settings[block] |= change
+    problems = config_problems(settings)
+    assert len(problems) == 1 and fragment in problems[0]
+    with pytest.raises(ConfigError, match=re.escape(fragment)):
+        check_config({"particles": settings})
 
 
 def test_zero_crossings():

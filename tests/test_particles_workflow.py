@@ -120,7 +120,7 @@ def test_every_point_kind_runs_and_analyses():
     assert set(homog[homog.study == "homog_heads"].H.dropna()) == {2.0}  # ceil(2^.25), 16^.25
     cells = small_beta_cells(tables["small_beta"])
     assert {k[2] for k in cells} == {4, 6} and all(k[1] <= k[2] for k in cells)
-    for tau, m, u in cells.values():
+    for _tau, m, u in cells.values():
         np.testing.assert_allclose(m[:, 0], u[0])  # every run starts at m(0) = u(0)
     assert len(small_beta_summary(cells)) == len(cells)
     simplex = tables["simplex"]

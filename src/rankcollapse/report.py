@@ -106,14 +106,7 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
             f"{grid(c['rival_fixes'], 'variants', 'depths', 'seeds')} trained networks "
             f"({_size(c['rival_fixes']['variants'])} variants × depths "
             f"{_list(c['rival_fixes']['depths'])} × {_size(c['rival_fixes']['seeds'])} seeds)"),
-        "E6": lambda: (
-            "particles",
-            f"{c['particles']['discrete_runs']} unscaled runs at E1's sizes; homogenization over "
-            f"depths {_list(c['particles']['homogenization']['depths'])} "
-            f"({c['particles']['homogenization']['runs']} runs each); trade-off maps "
-            f"{_size(c['particles']['tradeoff']['d'])} d × {_size(c['particles']['tradeoff']['n'])}"
-            f" n and {_size(c['particles']['tradeoff']['beta'])} β, "
-            f"{c['particles']['tradeoff']['runs']} runs per cell"),
+        "E6": lambda: ("particles", _particles_size(c["particles"])),
         "E7": lambda: ("—", "no runs of its own: reads E1's, E4/E5's and E6's tables"),
     }
     rows = []
@@ -124,6 +117,18 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
             blocks, size = "—", "see the configuration in the provenance section"
         rows.append({"experiment": experiment, "blocks": blocks, "size": size})
     return rows
+
+
+def _particles_size(p: dict) -> str:
+    """E6's size line: one clause per study."""
+    h, s, x, b, m = (p[k] for k in ("homogenization", "small_beta", "simplex", "large_beta",
+                                   "maps"))
+    return (f"homogenization over depths {_list(h['depths'])} ({h['runs']} runs each; heads "
+            f"⌈L^{h['heads_exponent']:g}⌉ up to L = {max(h['heads_depths'])}); small "
+            f"temperature d = {_list(s['d'])} × n = {_list(s['n'])}, {s['runs']} runs per cell; "
+            f"simplex d = {_list(x['d'])}, {x['runs']} runs; large temperature d = "
+            f"{_list(b['d'])}, {b['runs']} pairs; maps {_size(m['d'])} d and {_size(m['beta'])} "
+            f"β × {_size(m['n'])} n, {m['runs']} runs per cell")
 
 
 def wall_times(benchmarks: list[str | os.PathLike]) -> pd.DataFrame:

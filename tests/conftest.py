@@ -60,3 +60,24 @@ def ci_run(tmp_path_factory) -> Path:
     work = copy_project(tmp_path_factory.mktemp("ci-run"))
     run_snakemake(work, "--workflow-profile", "workflow/profiles/ci")
     return work
+
+
+def claims_in(run: Path) -> list[dict]:
+    """Every claim a run's notebooks measured: {"id", "statement", "values"} per claim, the
+    statement from the claims registry (TRANSITION: or from a notebook not yet moved to it) and
+    "values" what must be identical between two runs of the same config."""
+    import json
+
+    from rankcollapse.claims import load_registry
+
+    registry = load_registry(run / "workflow/claims.yaml")
+    out = []
+    for path in sorted((run / "results/numbers").glob("E*.json")):
+        section = json.loads(path.read_text())
+        for m in section.get("measurements", []):
+            out.append({"id": m["id"], "statement": registry[m["id"]].statement,
+                        "values": (m["value"], m["samples"], m["interval"], m["n"])})
+        for c in section.get("claims", []):
+            out.append({"id": c["id"], "statement": c["statement"],
+                        "values": (c["measured"], c["interval"], c["verdict"])})
+    return out

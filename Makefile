@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make reproduce   create .venv if missing, install pinned deps, run the workflow, build the report
-#   make test        the same set-up, then the test suite
+#   make test        the same set-up, then the whole test suite (what CI runs)
+#   make test-fast   lint, then the tests that do not run the workflow for real (under 2 minutes)
 # Re-running either is fast: the venv is rebuilt only when envs/ or pyproject.toml change.
 
 PYTHON ?= python3
@@ -9,17 +10,23 @@ CORES ?= 2
 CONFIG ?=
 SNAKEMAKE_ARGS ?=
 PYTEST_ARGS ?=
+# What test-fast leaves out: tests that use a real workflow run (marked `realrun` by
+# tests/conftest.py from the fixtures they use), the SLURM cluster and the other slow ones.
+FAST_MARKERS := not realrun and not slurm and not slow
 
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
+RUFF := $(PY) -m ruff check src tests workflow/scripts benchmarks
+SNAKEFMT := $(VENV)/bin/snakefmt --check Snakefile workflow/rules
 
-.PHONY: venv reproduce snakemake-report test bench lint dryrun notebooks clean-results help
+.PHONY: venv reproduce snakemake-report test test-fast bench lint dryrun notebooks clean-results help
 
 help:
 	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
 	@echo "make snakemake-report  Snakemake's own report of the last run: report/snakemake-report.html"
-	@echo "make test        set up .venv, run the test suite"
+	@echo "make test        set up .venv, run the whole test suite (what CI runs)"
+	@echo "make test-fast   lint, unit and property tests, dry-runs: no real workflow run (under 2 min)"
 	@echo "make bench       the performance suite (benchmarks/README.md)"
 	@echo "make lint        ruff, snakefmt --check, snakemake --lint"
 	@echo "make notebooks   regenerate notebooks/*.ipynb from notebooks/src/*.py (jupytext --sync)"
@@ -48,12 +55,20 @@ snakemake-report: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The developer's fast path: ruff and snakefmt, then every test that neither runs the workflow for
+# real nor is marked slow: unit and property tests, dry-runs, and snakemake --lint (run by
+# tests/test_workflow.py::test_lint_is_clean, so not twice).
+test-fast: $(STAMP)
+	$(RUFF)
+	$(SNAKEFMT)
+	$(PY) -m pytest -m "$(FAST_MARKERS)" $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests workflow/scripts benchmarks
-	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
+	$(RUFF)
+	$(SNAKEFMT)
 	$(VENV)/bin/snakemake --lint --cores 1
 
 # The percent-format sources notebooks/src/*.py are what is reviewed; the .ipynb files that

@@ -1,10 +1,13 @@
 """Bad input stops the workflow before any job runs, with a message that names the problem."""
 
+import copy
 import hashlib
 from pathlib import Path
 
 import pytest
 import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import update_config, validate
 
 from rankcollapse.config import ConfigError, check_config, check_schema, load_schema
 
@@ -72,7 +75,25 @@ def workdir(tmp_path_factory):
     return work
 
 
+@pytest.mark.parametrize(("name", "text", "fragments"), BAD_CONFIGS,
+                         ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_is_refused_by_the_checks_the_workflow_runs(name, text, fragments):
+    """The corpus in-process: the checks workflow/rules/common.smk runs before any job
+    (check_schema, snakemake's validate, check_config), on the config merged over default.yaml
+    as --configfile merges it. `make test-fast` runs this; the test below runs each bad config
+    through snakemake itself."""
+    config = copy.deepcopy(DEFAULT)
+    update_config(config, yaml.safe_load(text))
+    with pytest.raises((ConfigError, WorkflowError)) as err:
+        check_schema(config, SCHEMA)
+        validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
+        check_config(config)
+    for fragment in fragments:
+        assert fragment in str(err.value), f"{fragment!r} not in:\n{err.value}"
+
+
 @pytest.mark.workflow
+@pytest.mark.slow  # one snakemake process per bad config: about 4 s of CPU each
 @pytest.mark.parametrize(("name", "text", "fragments"), BAD_CONFIGS,
                          ids=[c[0] for c in BAD_CONFIGS])
 def test_bad_config_stops_before_any_job(workdir, name, text, fragments):

@@ -14,7 +14,7 @@ from rankcollapse import io, notebooks
 from rankcollapse.model import PRESETS
 from rankcollapse.sweep import init_sweep
 
-from conftest import SNAKEMAKE, copy_project, run_snakemake
+from conftest import SNAKEMAKE, claims_in, copy_project, run_snakemake
 
 CI_PROFILE = ("--workflow-profile", "workflow/profiles/ci")
 
@@ -23,10 +23,8 @@ def tables_of(work: Path) -> dict[str, pd.DataFrame]:
     return {p.name: pd.read_parquet(p) for p in sorted((work / "results/tables").glob("*.parquet"))}
 
 
-def claims_of(work: Path) -> dict[str, list]:
-    return {p.name: [(c["id"], c["measured"], c["verdict"])
-                     for c in json.loads(p.read_text())["claims"]]
-            for p in sorted((work / "results/numbers").glob("*.json"))}
+def claims_of(work: Path) -> list:
+    return [(c["id"], c["values"]) for c in claims_in(work)]
 
 
 def assert_same_results(a: Path, b: Path) -> None:

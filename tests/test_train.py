@@ -119,6 +119,7 @@ def _wait(proc: subprocess.Popen, timeout: float = 120) -> str:
     return err
 
 
+@pytest.mark.slow  # trains three short jobs in subprocesses
 def test_resume_after_sigkill_matches_an_uninterrupted_run(tmp_path):
     killed, reference = tmp_path / "killed", tmp_path / "reference"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from rankcollapse import io, plotting
-from rankcollapse.claims import Claim
+from rankcollapse.claims import e1b as e1b_claims
 from rankcollapse.notebooks import section
 
 plotting.use_style()
@@ -161,93 +161,38 @@ values
 
 # %% [markdown]
 # ## Claims
-# Tolerance: the paper's value ± 0.10 (absolute), since its values are read off a printed curve
-# of one seed on real text; "≈ 0" means below 0.01.
+# Registered in workflow/claims.yaml (ranges: the paper's value ± 0.10, "≈ 0" below 0.01);
+# measured by `rankcollapse.claims.e1b` over seeds (independent random networks).
 
 # %%
-SOURCE = "Dong et al. 2021, Fig. 2 (random-init curves)"
-WHY = {  # what explains a difference, checked in this pipeline (see the summary)
-    ("albert", "san_skip"): (
-        "the 2021 code removed ALBERT's feed-forward block by setting ffn and ffn_output to "
-        "Identity, which keeps LN(gelu(a) + a) in every layer; with that ablation "
-        "(san_skip_2021) we measure {alt:.2f}, the paper's value"),
-}
-
-
-def claim(model, ablation, statement, low, high, paper_value, at=None):
-    layer = at if at is not None else L
-    m, ci = estimate(model, ablation, layer)
-    cid = f"E1b.{model}_{ablation}_layer{layer}"
-    quantity = (f"relative residual (composite) at layer {layer}, {NAMES.get(model, model)} "
-                f"{LABELS[ablation]}, random init; mean over {len(seeds)} seeds (95% bootstrap "
-                "interval over seeds)")
-    if m is None:
-        return Claim(cid, statement, SOURCE, quantity, None, None, low, high, paper_value,
-                     reason=f"{model} / {ablation} not in this run")
-    inside = low <= m <= high
-    reason = f"ours {m:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] against the paper's {paper_value}"
-    if not inside and (model, ablation) in WHY:
-        alt, _ = estimate(model, "san_skip_2021", layer)
-        reason += "; why: " + WHY[(model, ablation)].format(alt=alt if alt is not None else np.nan)
-    elif not inside:
-        reason += ("; not explained by the input (the packaged text gives "
-                   f"{seq_stats(model, ablation, layer, 'text')})")
-    return Claim(cid, statement, SOURCE, quantity, m, ci, low, high, paper_value, reason=reason)
-
-
-claims = []
-for model in MODELS:
-    name = NAMES[model]
-    claims.append(claim(
-        model, "san", f"{name}: pure attention (no skip, no MLP) collapses at initialisation "
-        "within a layer or two: the residual is ≈ 0 at the last layer.", 0.0, 0.01,
-        "≈ 0 from layer 1" if model != "bert" else "≈ 0.02 at layer 1, then ≈ 0"))
-    if model == "bert":
-        claims.append(claim(model, "san", "BERT: after one pure-attention layer the residual "
-                            "is already small (≈ 0.02).", 0.0, 0.05, "≈ 0.02", at=1))
-    for ablation in ("san_skip", "transformer"):
-        _, paper = PAPER[(model, ablation)]
-        claims.append(claim(
-            model, ablation, f"{name} {LABELS[ablation]} at initialisation keeps a residual of "
-            f"about {paper:g} at layer {L}: skips prevent the collapse.",
-            max(0.0, paper - TOL), paper + TOL, f"≈ {paper:g}"))
-if "albert" in MODELS:
-    claims.append(claim(
-        "albert", "san_skip_2021", "ALBERT SAN + skip, ablated as the original code did, keeps "
-        "a residual of about 0.26 at layer 12.", 0.16, 0.36, "≈ 0.26"))
-pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+measurements = e1b_claims.measure(table)
+pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
 def at_last(model, ablation):
-    m, _ = estimate(model, ablation, L)
-    return m
+    v = e1b_claims.per_seed(table)
+    v = v[(v.model == model) & (v.ablation == ablation) & (v.layer == L)]
+    return v[METRIC].mean()
 
 
 summary_parts = []
 for model in MODELS:
     s, k, t = (at_last(model, a) for a in ("san", "san_skip", "transformer"))
     summary_parts.append(f"{NAMES[model]}: SAN {s:.1e}, SAN + skip {k:.2f}, transformer {t:.2f}")
-verdicts = {c.id: c.verdict for c in claims}
-held = [c for c in claims if c.verdict == "reproduced"]
 shape = settings["realarch"]
-summary_text = (
-    f"At random initialisation (transformers {TRANSFORMERS}, {len(seeds)} seeds, "
-    f"{shape['batch']} × {shape['tokens']} random token ids) the layer-{L} residuals are — "
-    + "; ".join(summary_parts) + f". {len(held)} of {len(claims)} claims reproduced. Pure "
-    "attention (with or without MLPs) collapses to float32 round-off within one or two layers "
-    "in every model; skip connections prevent it."
-    + (" ALBERT's SAN + skip decays further than in the paper because the original code removed "
-       "ALBERT's feed-forward block by setting its two linear maps to Identity, leaving "
-       "LN(gelu(a) + a) in every layer; ablated that way our ALBERT matches the paper."
-       if verdicts.get("E1b.albert_san_skip_2021_layer12") == "reproduced"
-       and verdicts.get(f"E1b.albert_san_skip_layer{L}") != "reproduced" else "")
-    + " Dashed curves: the packaged text (scikit-learn's data set descriptions). Only the "
-    "random-init half of Fig. 2 is reproduced: no pretrained weights are available here."
+description = (
+    f"Random initialisation (transformers {TRANSFORMERS}, {len(seeds)} seeds, "
+    f"{shape['batch']} × {shape['tokens']} random token ids per seed). Layer-{L} residuals, mean "
+    "over seeds: " + "; ".join(summary_parts) + ". ALBERT's SAN + skip is also measured ablated as "
+    "the 2021 code did (its feed-forward maps replaced by identities, which leaves "
+    "LN(gelu(a) + a) in every layer). Dashed curves: the packaged text (scikit-learn's data set "
+    "descriptions). Only the random-init half of Fig. 2 is measured: no pretrained weights are "
+    "available here."
 )
-print(summary_text)
+print(description)
 io.write_json(section(
     experiment, "Real architectures at initialisation", "Dong, Cordonnier & Loukas (ICML 2021)",
-    summary_text,
+    description,
     figures=[{"name": "real_architectures", **fig_curves, "caption":
               "Relative residual (composite ℓ1,∞ norm, token-mean centring) of every layer of "
               "BERT-base, ALBERT-base and XLNet-base at random initialisation, for the four "
@@ -256,7 +201,7 @@ io.write_json(section(
               "the original code (dotted). Log scale; compare the paper's Fig. 2, init half."}],
     tables=[{"caption": "Our residuals (mean ± std over sequences and seeds) next to the "
              "paper's, read off its random-init curves.", "html": table_html}],
-    claims=claims,
+    measurements=measurements,
     numbers={
         "transformers_version": TRANSFORMERS, "seeds": len(seeds), "depth": L,
         "layer_last": {f"{m}/{a}": at_last(m, a) for m in MODELS

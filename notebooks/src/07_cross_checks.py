@@ -38,17 +38,15 @@ numbers_path = "results/numbers/E7.json"
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from rankcollapse import io, plotting
-from rankcollapse.analysis import bootstrap_over_seeds
-from rankcollapse.claims import Claim
+from rankcollapse.claims import e7 as e7_claims
+from rankcollapse.claims.e7 import STATS, medians, spearman
 from rankcollapse.notebooks import section
 
 plotting.use_style()
 B = int(settings["fit"].get("bootstrap", 1000))
 n_tokens = int(settings["init_sweep"]["tokens"])
-STATS = ["relative_residual", "relative_residual_comp", "token_similarity", "mean_cosine"]
 KEYS = ["task", "variant", "depth", "seed", "stage", "sample", "layer"]
 
 init = io.read_parquet(tables["init"])
@@ -127,26 +125,6 @@ fig_side = plotting.save(fig, figures_dir, "three_statistics")
 # both change by more than 10⁻⁹).
 
 # %%
-def medians(t: pd.DataFrame) -> pd.DataFrame:
-    return t.groupby(["variant", "layer"])[STATS].median()
-
-
-def spearman(a, b) -> float:
-    ok = np.isfinite(a) & np.isfinite(b)
-    if ok.sum() < 3 or np.ptp(a[ok]) == 0 or np.ptp(b[ok]) == 0:
-        return float("nan")
-    return float(spearmanr(a[ok], b[ok]).statistic)
-
-
-def min_agreement(t: pd.DataFrame) -> float:
-    """Smallest pairwise Spearman correlation of r_comp, 1 − t_sim and 1 − mean cosine."""
-    m = medians(t)
-    pairs = [(m.relative_residual_comp, 1 - m.token_similarity),
-             (m.relative_residual_comp, 1 - m.mean_cosine),
-             (1 - m.token_similarity, 1 - m.mean_cosine)]
-    return min(spearman(a.to_numpy(), b.to_numpy()) for a, b in pairs)
-
-
 def opposite_steps(t: pd.DataFrame, residual: str) -> float:
     """Share of layer steps where the residual and the mean cosine move the same way
     (one says 'more collapsed', the other 'less')."""
@@ -225,85 +203,33 @@ pd.concat([gap_by_variant.rename("equal-norm gap"), steps_by_variant], axis=1)
 
 # %% [markdown]
 # ## Claims
+# Registered in workflow/claims.yaml: the two identities are checks of our code; the agreement
+# of the orderings is ours. Measured by `rankcollapse.claims.e7`.
 
 # %%
-identity_all = max(s["identity_error"] for s in numbers.values())
-identity_eps = max(s["identity_error_eps"] for s in numbers.values())
-rows_checked = sum(len(t) for t, _, _ in SETS.values())
-init_rho, init_ci = bootstrap_over_seeds(init, min_agreement, B)
-claims = [
-    Claim("E7.residual_equals_similarity",
-          "Dong et al.'s Frobenius relative residual and Yu & Zhang's token similarity are one "
-          "quantity: r_F² = 1 − t_sim (to round-off) on every layer of every run.",
-          "Dong et al. 2021 §2 and Yu & Zhang §3 (definitions); identity derived here",
-          "max |r_F² − (1 − t_sim)| over all rows of all run sets, in units of the machine "
-          "epsilon of the run's precision (float64 at init and for particles, float32 trained)",
-          identity_eps, None, 0.0, 64.0, "identity (not stated in either paper)",
-          reason=f"largest deviation {identity_eps:.1f} ε ({identity_all:.1e}) over "
-                 f"{rows_checked} rows: round-off"),
-    Claim("E7.agree_at_init",
-          "At random initialisation the three papers' statistics order variants and layers the "
-          "same way (collapse by one measure is collapse by the others).",
-          "cross-check of Dong et al. Fig. 1, Yu & Zhang §3 and KGR26 (clustering)",
-          f"smallest pairwise Spearman ρ of r_comp, 1 − t_sim, 1 − cos over variant × layer "
-          f"medians (95% CI, {B} bootstrap resamples over seeds)",
-          init_rho, init_ci, 0.9, 1.0, None,
-          reason=f"smallest rank correlation {init_rho:.3f} across "
-                 f"{numbers['random init, Gaussian inputs (E1)']['points']} variant × layer points"),
-]
-if len(grid):
-    trained = grid[grid.stage == "trained"]
-    rho, ci = bootstrap_over_seeds(trained, min_agreement, B)
-    claims.append(Claim(
-        "E7.agree_trained",
-        "After training, the three statistics still order variants and layers the same way.",
-        "cross-check of Yu & Zhang §4 (trained networks) with Dong et al. and KGR26",
-        f"smallest pairwise Spearman ρ over variant × layer medians of trained networks (95% CI, "
-        f"{B} bootstrap resamples over seeds)", rho, ci, 0.9, 1.0, None,
-        reason=f"smallest rank correlation {rho:.3f} on {len(trained.seed.unique())} seeds"))
-else:
-    claims.append(Claim(
-        "E7.agree_trained",
-        "After training, the three statistics still order variants and layers the same way.",
-        "cross-check of Yu & Zhang §4 (trained networks) with Dong et al. and KGR26",
-        "smallest pairwise Spearman ρ over trained networks", None, None, 0.9, 1.0, None,
-        reason="no trained networks in this run (E4/E5 not in report.experiments)"))
-if particles is not None:
-    gap = numbers["KGR26 particles, E1's sizes (E6)"]["equal_norm_gap"]
-    claims.append(Claim(
-        "E7.sphere_clustering_is_similarity",
-        "On the sphere, KGR26's clustering statistic is Yu & Zhang's token similarity up to an "
-        "affine map: t_sim = 1/n + (1 − 1/n)·(mean pairwise inner product).",
-        "KGR26 (particles on the sphere) and Yu & Zhang §3; identity derived here",
-        "max |t_sim − 1/n − (1 − 1/n)·⟨xᵢ, xⱼ⟩| over the particle trajectories", gap, None,
-        0.0, 1e-6, "identity (not stated in either paper)",
-        reason=f"largest deviation {gap:.1e}: round-off"))
-pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+measurements = e7_claims.measure(
+    {name: (t, eps) for name, (t, _, eps) in SETS.items()}, init,
+    grid[grid.stage == "trained"] if len(grid) else grid, particles, B)
+pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
 worst_variant = gap_by_variant.idxmax()
 worst_steps = steps_by_variant.relative_residual_comp.idxmax()
 init_steps = numbers["random init, Gaussian inputs (E1)"]
-summary_text = (
-    f"On every layer of every run, r_F² = 1 − t_sim holds to round-off ({identity_eps:.0f} machine "
-    f"epsilons at most), so Dong et al.'s "
-    f"Frobenius residual and Yu & Zhang's token similarity are one statistic. The three papers' "
-    f"measures order variants and layers alike: at random init the smallest rank correlation "
-    f"among them is {init_rho:.2f} [{init_ci[0]:.2f}, {init_ci[1]:.2f}]"
-    + (f", after training {claims[2].measured:.2f}" if claims[2].measured is not None else "")
-    + ". The mean cosine and t_sim part ways only where token norms differ: they are affinely "
-    f"equivalent for equal-norm tokens (on the sphere to round-off), and the gap is largest for "
-    f"{plotting.variant_label(worst_variant)} ({gap_by_variant.max():.3f}). Layer by layer, Dong "
-    f"et al.'s composite-norm residual moves against the clustering statistic in "
-    f"{100 * init_steps['opposite_steps_comp']:.0f} % of steps at init (most for "
-    f"{plotting.variant_label(worst_steps)}, {100 * steps_by_variant.relative_residual_comp.max():.0f} %), "
-    f"the Frobenius residual in {100 * init_steps['opposite_steps_fro']:.1f} %: the divergence "
-    f"comes from the composite norm, not from what the papers measure."
+description = (
+    f"The statistics are compared on {len(SETS)} sets of runs (Table above). The gap between "
+    f"t_sim and the equal-norm relation is largest for {plotting.variant_label(worst_variant)} "
+    f"({gap_by_variant.max():.3f}). Layer by layer at random init, Dong et al.'s composite-norm "
+    f"residual moves in the opposite sense to the clustering statistic in "
+    f"{100 * init_steps['opposite_steps_comp']:.0f} % of steps (most for "
+    f"{plotting.variant_label(worst_steps)}, "
+    f"{100 * steps_by_variant.relative_residual_comp.max():.0f} %), the Frobenius residual in "
+    f"{100 * init_steps['opposite_steps_fro']:.1f} %."
 )
-print(summary_text)
+print(description)
 io.write_json(section(
     experiment, "Cross-checks: three collapse statistics on the same runs",
-    "all three papers (cross-checks)", summary_text,
+    "all three papers (cross-checks)", description,
     figures=[{"name": "three_statistics", **fig_side, "caption":
               "Dong et al.'s relative residual (composite norm), Yu & Zhang's token similarity "
               "t_sim and KGR26's clustering statistic (mean cosine of the normalised tokens) per "
@@ -317,8 +243,8 @@ io.write_json(section(
              "(the equal-norm relation is exact only when all tokens have the same norm; "
              "— where n is not recorded), and the share of single-sequence layer steps in which "
              "r and the mean cosine move in opposite senses of collapse.", "html": table_html}],
-    claims=claims,
-    numbers={"agreement": numbers, "identity_max_error": identity_all,
+    measurements=measurements,
+    numbers={"agreement": numbers,
              "equal_norm_gap_by_variant": gap_by_variant.to_dict(),
              "opposite_steps_by_variant": steps_by_variant.to_dict(orient="index")},
 ), numbers_path)

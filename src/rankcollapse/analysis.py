@@ -80,29 +80,68 @@ def first_layer_below(table: pd.DataFrame, value: str, threshold: float) -> floa
     return float(below.median())
 
 
+def exponent_units(table: pd.DataFrame, value: str, floor: float, max_residual: float
+                   ) -> dict:
+    """Per seed (the unit of replication): (log r_l, log r_{l+1}) of every fitted layer pair of
+    its sequences (`exponent_pairs`), as two arrays. Resampling then concatenates arrays."""
+    pairs = exponent_pairs(table, value, floor, max_residual)
+    return {seed: (np.log(g.r.to_numpy()), np.log(g.r_next.to_numpy()))
+            for seed, g in pairs.groupby("seed")} | {
+        seed: (np.empty(0), np.empty(0)) for seed in set(table.seed) - set(pairs.seed)}
+
+
+def exponent_of(units: list) -> float:
+    """Least-squares k of log r_{l+1} = k log r_l + c over the pairs of the given seeds; NaN
+    with fewer than 2 distinct r (see `fit_exponent`)."""
+    x = np.concatenate([u[0] for u in units]) if units else np.empty(0)
+    y = np.concatenate([u[1] for u in units]) if units else np.empty(0)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return float("nan")
+    return float(np.polyfit(x, y, 1)[0])
+
+
+def rate_units(table: pd.DataFrame, value: str, floor: float) -> dict:
+    """Per seed: (layer, log value) of every row above the floor (see `fit_log_rate`)."""
+    t = table[table[value] >= floor]
+    return {seed: (g.layer.to_numpy(float), np.log(g[value].to_numpy()))
+            for seed, g in t.groupby("seed")} | {
+        seed: (np.empty(0), np.empty(0)) for seed in set(table.seed) - set(t.seed)}
+
+
+def rate_of(units: list) -> float:
+    """Per-layer factor rho = exp(slope of log r against layer) over the given seeds."""
+    layer = np.concatenate([u[0] for u in units]) if units else np.empty(0)
+    logv = np.concatenate([u[1] for u in units]) if units else np.empty(0)
+    if len(np.unique(layer)) < 2:
+        return float("nan")
+    return float(np.exp(np.polyfit(layer, logv, 1)[0]))
+
+
 def collapse_summary(table: pd.DataFrame, value: str, floor: float, max_residual: float,
                      resamples: int) -> pd.DataFrame:
-    """Per variant: collapse exponent k and per-layer factor rho with bootstrap intervals.
+    """Per variant: collapse exponent k and per-layer factor rho, each with its interval over
+    seeds (95% bootstrap with >= 5 seeds, else the range of the seeds; `claims.over_runs`).
 
-    Returns one row per variant with k, k_lo, k_hi, rho, rho_lo, rho_hi, pairs (the number of
-    fitted layer pairs), final (median value at the last layer) and collapse_layer (median first
-    layer below 1e-6).
+    Returns one row per variant with k, k_lo, k_hi, rho, rho_lo, rho_hi, interval (its method),
+    seeds, pairs (fitted layer pairs), sequences, final (median value at the last layer) and
+    collapse_layer (median first layer below 1e-6).
     """
+    from .claims import over_runs, sample_interval
+
     rows = []
     for variant, t in table.groupby("variant", sort=False):
-        def k_of(d):
-            return fit_exponent(exponent_pairs(d, value, floor, max_residual))[0]
-
-        def rho_of(d):
-            return fit_log_rate(d, value, floor)
-
-        k, (k_lo, k_hi) = bootstrap_over_seeds(t, k_of, resamples)
-        rho, (rho_lo, rho_hi) = bootstrap_over_seeds(t, rho_of, resamples)
+        k = over_runs("k", exponent_units(t, value, floor, max_residual), exponent_of,
+                      resamples)
+        rho = over_runs("rho", rate_units(t, value, floor), rate_of, resamples)
+        (k_lo, k_hi), (rho_lo, rho_hi) = (sample_interval(m) or (np.nan, np.nan)
+                                          for m in (k, rho))
+        pairs = exponent_pairs(t, value, floor, max_residual)
         last = t[t.layer == t.layer.max()][value]
         rows.append({
-            "variant": variant, "k": k, "k_lo": k_lo, "k_hi": k_hi,
-            "rho": rho, "rho_lo": rho_lo, "rho_hi": rho_hi,
-            "pairs": len(exponent_pairs(t, value, floor, max_residual)),
+            "variant": variant, "k": k.value, "k_lo": k_lo, "k_hi": k_hi,
+            "rho": rho.value, "rho_lo": rho_lo, "rho_hi": rho_hi, "interval": k.method,
+            "seeds": t.seed.nunique(), "pairs": len(pairs),
+            "sequences": pairs.groupby(["seed", "sample"]).ngroups,
             "final": float(last.median()),
             "collapse_layer": first_layer_below(t, value, 1e-6),
         })

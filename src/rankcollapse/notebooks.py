@@ -45,20 +45,27 @@ def run(notebook: str | os.PathLike, executed: str | os.PathLike, parameters: di
     )
 
 
-def section(experiment: str, title: str, paper: str, summary: str, figures: list[dict],
-            tables: list[dict], claims: list, numbers: dict) -> dict:
+def section(experiment: str, title: str, paper: str, description: str, figures: list[dict],
+            tables: list[dict], numbers: dict, measurements: list | tuple = (),
+            claims: list | None = None) -> dict:
     """The JSON an experiment notebook writes to results/numbers/{experiment}.json.
 
-    figures: [{"name", "png", "pdf", "caption"}]; tables: [{"caption", "html"}];
-    claims: Claim objects; numbers: named values quoted in the text.
+    description: what was done and measured (sizes, protocol, numbers) — never a conclusion:
+    the report appends the sentences generated from the claims' verdicts. figures: [{"name",
+    "png", "pdf", "caption"}]; tables: [{"caption", "html"}]; measurements: the
+    `rankcollapse.claims.Measurement`s of the experiment's registered claims; numbers: named
+    values quoted in the text. (claims: TRANSITION, the old notebook-made rows.)
     """
-    return {
+    out = {
         "experiment": experiment,
         "title": title,
         "paper": paper,
-        "summary": summary,
+        "description": description,
         "figures": figures,
         "tables": tables,
-        "claims": [c.to_dict() for c in claims],
+        "measurements": [m.to_dict() for m in measurements],
         "numbers": numbers,
     }
+    if claims is not None:
+        out["claims"] = [c.to_dict() for c in claims]
+    return out

@@ -14,7 +14,16 @@ import jinja2
 import pandas as pd
 import yaml
 
-from .claims import VERDICT_RULE, VERDICTS
+from .claims import (
+    KIND_TITLES,
+    KINDS,
+    PAPERS,
+    VERDICT_RULE,
+    VERDICTS,
+    judge_sections,
+    load_registry,
+    registry_hash,
+)
 from .io import atomic_write, provenance
 
 
@@ -147,66 +156,77 @@ def wall_times(benchmarks: list[str | os.PathLike]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stage", "jobs", "total_s", "max_s"])
 
 
-def ledger(sections: list[dict]) -> list[dict]:
-    """Every claim of every section, numbered, with its measured value formatted."""
+def legacy_rows(section: dict) -> list[dict]:
+    """TRANSITION: rows of a notebook that still makes its own claims (not yet registered)."""
     rows = []
-    for section in sections:
-        for claim in section["claims"]:
-            measured = claim["measured"]
-            interval = claim.get("interval")
-            if measured is None:
-                value = "—"
-            elif interval and all(v is not None for v in interval):
-                value = f"{measured:.3g} [{interval[0]:.3g}, {interval[1]:.3g}]"
-            else:
-                value = f"{measured:.3g}"
-            rows.append({**claim, "experiment": section["experiment"], "value": value})
+    for claim in section.get("claims", []):
+        measured, interval = claim["measured"], claim.get("interval")
+        if measured is None:
+            value = "—"
+        elif interval and all(v is not None for v in interval):
+            value = f"{measured:.3g} [{interval[0]:.3g}, {interval[1]:.3g}]"
+        else:
+            value = f"{measured:.3g}"
+        rows.append({**claim, "experiment": section["experiment"], "value": value,
+                     "kind": "paper", "paper": section["paper"], "basis_type": "convention",
+                     "basis_title": "not yet registered", "basis": "set in the notebook",
+                     "method": "see the quantity", "n": None, "why": claim.get("reason", ""),
+                     "sentence": "", "headline": False, "legacy": True})
     return rows
 
 
-ABBREVIATIONS = ("al", "e.g", "i.e", "Fig", "cf", "vs", "Eq")
-
-
-def first_sentence(text: str) -> str:
-    """Up to the first full stop that ends a sentence: followed by a space and a capital (or the
-    end), so decimal points and abbreviations such as "et al." or "e.g." do not cut it."""
-    for i, ch in enumerate(text):
-        if ch != "." or text[:i].rsplit(" ", 1)[-1].endswith(ABBREVIATIONS):
-            continue
-        rest = text[i + 1:]
-        if not rest.strip() or (rest.startswith(" ") and rest.lstrip()[:1].isupper()):
-            return text[: i + 1]
-    return text
-
-
-# Sentences longer than this are detail for the experiment's section, not for the abstract.
-ABSTRACT_SENTENCE_MAX = 260
-
-
-def abstract(sections: list[dict], claims: list[dict]) -> list[str]:
-    """The abstract's paragraphs, written from the measured numbers (never typed by hand):
-    what was done, each experiment's headline sentence, and the verdicts per paper."""
-    counts = Counter(c["verdict"] for c in claims)
-
-    def tally(counter: Counter) -> str:
-        return ", ".join(f"{counter[v]} {v}" for v in VERDICTS if counter[v])
-
-    by_paper: dict[str, Counter] = defaultdict(Counter)
+def ledger(registry: dict, sections: list[dict]) -> list[dict]:
+    """Every claim of the run as a ledger row (registry order, then not-yet-registered rows),
+    each with its kind, basis, interval method, n, verdict and generated sentence."""
+    rows = [row.to_dict() for row in judge_sections(registry, sections)]
     for section in sections:
-        by_paper[section["paper"]].update(c["verdict"] for c in section["claims"])
-    findings = [first_sentence(s["summary"]) for s in sections]
-    findings = [f for f in findings if len(f) <= ABSTRACT_SENTENCE_MAX]
+        rows += legacy_rows(section)
+    for i, row in enumerate(rows, start=1):
+        row["number"] = i
+    return rows
+
+
+def paper_name(key: str) -> str:
+    return PAPERS.get(key, key)
+
+
+def tally(rows: list[dict]) -> str:
+    counter = Counter(r["verdict"] for r in rows)
+    return ", ".join(f"{counter[v]} {v}" for v in VERDICTS if counter[v]) or "none"
+
+
+def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
+    """The abstract's paragraphs: what was done (fixed text), the headline claims' verdict
+    sentences (generated), and the tallies. Only `paper` claims are tallied per paper; checks and
+    our own extensions are counted apart."""
+    short = {r["id"]: short_sentence(r) for r in rows if r.get("headline")}
+    headlines = [short[r["id"]] for r in rows if r["id"] in short]
+    papers = [r for r in rows if r["kind"] == "paper"]
+    by_paper: dict[str, list[dict]] = defaultdict(list)
+    for r in papers:
+        by_paper[r["paper"]].append(r)
+    checks = [r for r in rows if r["kind"] == "check"]
+    ours = [r for r in rows if r["kind"] == "ours"]
     return [
         "Deep self-attention networks lose the diversity of their token representations with "
         "depth. We rebuild, on one model and one metric library, the experiments behind three "
         "accounts of this collapse (Dong, Cordonnier & Loukas 2021; Yu & Zhang 2023; Koubbi, "
-        "Geshkovski & Rigollet 2026), check the three papers' statistics against each other on "
-        "the same runs, and test every claim as a measurement against a pass range written "
-        "into the code.",
-        " ".join(findings),
-        f"Of {len(claims)} claims, {tally(counts)}. By source: "
-        + "; ".join(f"{paper}: {tally(c)}" for paper, c in by_paper.items()) + ".",
+        "Geshkovski & Rigollet 2026), compute the three papers' statistics on the same runs, and "
+        "test every claim as a measurement against a range registered before the run.",
+        " ".join(headlines),
+        f"Of the {len(papers)} claims the papers make that we test: "
+        + "; ".join(f"{paper_name(p)}: {tally(r)}" for p, r in by_paper.items())
+        + f". Consistency checks of our code: {tally(checks)} (of {len(checks)}). Beyond the "
+        f"papers (our extensions and rival methods): {tally(ours)} (of {len(ours)}).",
     ]
+
+
+def short_sentence(row: dict) -> str:
+    """The abstract's form of a verdict sentence: the verdict phrase and the quoted claim."""
+    from .claims import PHRASES
+
+    phrase = PHRASES[row["kind"]][row["verdict"]]
+    return f"{phrase}: “{row['statement'].rstrip('.')}” ({row['experiment']})."
 
 
 def number_items(sections: list[dict]) -> None:
@@ -221,17 +241,25 @@ def number_items(sections: list[dict]) -> None:
             t["number"], t["id"] = table, f"tab-{table}"
 
 
-def build(numbers: list, benchmarks: list, template: str | os.PathLike,
-          style: str | os.PathLike, title: str, config: dict, html_path: str | os.PathLike,
-          pdf_path: str | os.PathLike | None = None) -> str:
+def build(numbers: list, benchmarks: list, registry: str | os.PathLike,
+          template: str | os.PathLike, style: str | os.PathLike, title: str, config: dict,
+          html_path: str | os.PathLike, pdf_path: str | os.PathLike | None = None) -> str:
     """Render the report to html_path (PNG figures embedded) and, if pdf_path, to PDF (SVG
-    figures where the notebooks wrote them). Sections follow config["report"]["experiments"]."""
+    figures where the notebooks wrote them). Sections follow config["report"]["experiments"];
+    their measurements are judged against the claims registry at `registry`, which must hold
+    exactly the claims the run's experiments measure (RegistryError otherwise)."""
     sections = load_sections(numbers)
     order = config.get("report", {}).get("experiments", [])
     sections.sort(key=lambda s: order.index(s["experiment"]) if s["experiment"] in order
                   else len(order))
     number_items(sections)
-    claims = ledger(sections)
+    claims = ledger(load_registry(registry), sections)
+    order_of = {kind: i for i, kind in enumerate(KINDS)}
+    for section in sections:  # the section's conclusions: its claims' generated sentences
+        own = [c for c in claims if c["experiment"] == section["experiment"] and c["sentence"]]
+        section["n_claims"] = sum(c["experiment"] == section["experiment"] for c in claims)
+        section["verdict_sentences"] = [
+            c["sentence"] for c in sorted(own, key=lambda c: order_of[c["kind"]])]
     times = wall_times(benchmarks)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(template).parent),
@@ -244,8 +272,11 @@ def build(numbers: list, benchmarks: list, template: str | os.PathLike,
         abstract=abstract(sections, claims),
         sections=sections,
         claims=claims,
+        claims_by_kind={kind: [c for c in claims if c["kind"] == kind] for kind in KINDS},
+        kind_titles=KIND_TITLES,
+        tallies={kind: tally([c for c in claims if c["kind"] == kind]) for kind in KINDS},
+        registry_hash=registry_hash(registry),
         verdict_rule=VERDICT_RULE,
-        verdicts=Counter(c["verdict"] for c in claims),
         sizes=experiment_sizes(config, [s["experiment"] for s in sections]),
         provenance=provenance(),
         config_yaml=yaml.safe_dump(config, sort_keys=False, width=100, default_flow_style=None),

@@ -8,6 +8,7 @@ rule report:
         ),
         figures=expand("report/figures/{experiment}", experiment=report_experiments()),
         benchmarks=benchmark_files,
+        registry="workflow/claims.yaml",
         template="report/templates/report.html.j2",
         style="report/templates/report.css",
     output:

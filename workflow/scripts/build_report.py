@@ -8,6 +8,7 @@ io.log_to(snakemake.log[0])
 html = report.build(
     numbers=snakemake.input.numbers,
     benchmarks=snakemake.input.benchmarks,
+    registry=snakemake.input.registry,
     template=snakemake.input.template,
     style=snakemake.input.style,
     title=snakemake.params.title,

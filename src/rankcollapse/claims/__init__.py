@@ -296,12 +296,25 @@ def verdict(measured: float | None, interval: tuple[float, float] | None,
 
 def interval_of(spec: ClaimSpec, m: Measurement) -> tuple[float, float] | None:
     """The measurement's interval, undefined samples ranked beyond the failing end."""
+    return sample_interval(m, spec.failing_side)
+
+
+def sample_interval(m: Measurement, undefined_at: float | None = None
+                    ) -> tuple[float, float] | None:
+    """The interval of a measurement: "given" as given; "range" the min and max of the runs;
+    "bootstrap" the 95% percentile interval of the resamples. Undefined samples are placed at
+    `undefined_at` (a claim's failing side); None drops them, for descriptive tables only."""
     if m.interval_kind == "given":
         return m.interval
     if m.interval_kind not in ("bootstrap", "range") or not m.samples:
         return None
     values = np.asarray(m.samples, dtype=float)
-    values = np.where(np.isfinite(values), values, spec.failing_side)
+    if undefined_at is None:
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            return None
+    else:
+        values = np.where(np.isfinite(values), values, undefined_at)
     if m.interval_kind == "range":
         return float(values.min()), float(values.max())
     alpha = (1 - LEVEL) / 2

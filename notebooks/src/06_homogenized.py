@@ -33,7 +33,6 @@ figures_dir = "report/figures/E6"
 numbers_path = "results/numbers/E6.json"
 
 # %%
-import inspect
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -42,7 +41,6 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from rankcollapse import io, plotting
-from rankcollapse.claims import judge, load_registry
 from rankcollapse.claims.e6 import measure
 from rankcollapse.homogenized import (
     cluster_fractions,
@@ -503,15 +501,14 @@ long_frac.round(3)
 
 # %% [markdown]
 # ## Claims
+# Registered in workflow/claims.yaml (ranges from the theorems; kind `check` for the zero-mean
+# head output and the simplex drift identity, `ours` for the corrected ballistic rate and the
+# antipodal exponent); measured by `rankcollapse.claims.e6` over independent simulation runs.
 
 # %%
-registry = load_registry("workflow/claims.yaml")
 measurements = measure({k: data.get(k) for k in ("homog", "small_beta", "simplex",
                                                   "large_beta", "antipodal")}, particles)
-judged = [judge(registry[m.id], m) for m in measurements]
-pd.DataFrame([{"id": j.spec.id, "kind": j.spec.kind, "value": j.value_text,
-               "range": j.spec.criterion, "verdict": j.verdict, "n": j.measurement.n}
-              for j in judged])
+pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n", "note"]]
 
 # %%
 small_rows = summary_small.sort_values(["beta_rule", "n", "d"])
@@ -521,7 +518,7 @@ spread_line = "; ".join(f"{RULES[r][0]}, n = {n}: {k:.2f}" for r, n, k in
                         slopes_spread[["beta_rule", "n", "slope"]].itertuples(index=False))
 k_top = kernel[kernel.d == kernel.d.max()].k.mean()
 sb = particles.get("small_beta", {})
-summary_text = (
+description = (
     "Particles on the sphere in the paper's conventions (head average, Gaussian weights of "
     "variance 1/d, ballistic time t = Lη, diffusive time τ = Lη²/H), simulated as independent "
     "runs with fresh weights at every layer and head. Homogenization: depths "
@@ -540,7 +537,7 @@ summary_text = (
     f"logistic law at τ = {T_map:g} over (d, n) and (β, n) with the paper's lines; the "
     "antipodal exponent is our extension."
 )
-print(summary_text)
+print(description)
 
 # %%
 figures = [
@@ -611,19 +608,8 @@ numbers = {
                    "kernel": kernel[["d", "overlap", "k", "k_se"]].to_dict(orient="records")},
     "maps": frac.to_dict(orient="records"),
 }
-if "measurements" in inspect.signature(section).parameters:
-    claim_fields = {"measurements": measurements}
-else:
-    # TRANSITION until the report side of issue 14 is merged: registry rows as legacy claims.
-    from rankcollapse.claims import Claim
-
-    claim_fields = {"claims": [
-        Claim(j.spec.id, j.spec.statement, j.spec.source, j.spec.quantity,
-              j.measurement.value, j.interval, j.spec.low, j.spec.high, j.spec.paper_value,
-              reason=j.why)
-        for j in judged]}
 io.write_json(section(
     experiment, "Homogenized transformers: random attention on the sphere",
-    "Koubbi, Geshkovski & Rigollet (arXiv 2604.01978, 2026)", summary_text,
-    figures=figures, tables=section_tables, numbers=numbers, **claim_fields,
+    "Koubbi, Geshkovski & Rigollet (arXiv 2604.01978, 2026)", description,
+    figures=figures, tables=section_tables, measurements=measurements, numbers=numbers,
 ), numbers_path)

@@ -1,5 +1,6 @@
-# E6: random multi-head attention on the sphere [KGR26]. One job per parameter point of a study
-# (rankcollapse.homogenized.plan), then one collected table per group of studies.
+# E6: random multi-head attention on the sphere [KGR26]. One job per point of a study (a point
+# batches a whole grid: rankcollapse.homogenized.plan), then one collected table per group of
+# studies.
 
 
 rule particles:

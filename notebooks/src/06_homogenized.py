@@ -111,9 +111,9 @@ for ax, (study, title) in zip(axes, STUDIES.items()):
     ax.legend(fontsize=7, frameon=False, loc="upper left")
 axes[0].set_ylabel("mean pairwise overlap ⟨xᵢ, xⱼ⟩ (mean over runs)")
 first = homog[homog.kind == "trajectory"].iloc[0]
+draws = homog[homog.kind == "trajectory"].groupby(["study", "L"]).run.nunique()
 fig.suptitle(f"n = {first.n}, d = {first.d}, β = {first.beta:g}, horizon T = {first['T']:g}; "
-             f"{homog[homog.kind == 'trajectory'].groupby('point').run.nunique().min()} or more "
-             "weight draws per depth")
+             f"{draws.min()}–{draws.max()} weight draws per depth (ballistic: the most)")
 fig_curves = plotting.save(fig, figures_dir, "homogenization_curves")
 
 # %%

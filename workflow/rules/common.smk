@@ -129,13 +129,8 @@ def init_sweep_tables(wildcards=None):
 
 
 def realarch_tables(wildcards=None):
-    """E1b's per-job tables, one per (model, seed)."""
-    settings = config["realarch"]
-    return expand(
-        "results/realarch/{model}/seed{seed}.parquet",
-        model=settings["models"],
-        seed=settings["seeds"],
-    )
+    """E1b's per-job tables, one per model (all seeds in one job)."""
+    return expand("results/realarch/{model}.parquet", model=config["realarch"]["models"])
 
 
 def init_sweep_params(wildcards):
@@ -336,9 +331,7 @@ def benchmark_files(wildcards=None):
     collect = ["results/benchmarks/collect/E1_init.tsv"]
     if "E1b" in report_experiments():
         collect += expand(
-            "results/benchmarks/realarch/{model}/seed{seed}.tsv",
-            model=config["realarch"]["models"],
-            seed=config["realarch"]["seeds"],
+            "results/benchmarks/realarch/{model}.tsv", model=config["realarch"]["models"]
         )
         collect.append("results/benchmarks/collect/E1b_realarch.tsv")
     return init + collect + particles + sorted(training) + notebooks

@@ -1,12 +1,15 @@
 """B6: where the default run's time goes, and a projection of paper.yaml.
 
-Measured: wall time of every job of the last default run in this checkout, from Snakemake's
-`benchmark:` records (results/benchmarks/<stage>/...), summed per stage.
-Projected (not measured): paper.yaml's cost, as (paper's job count per rule, from a dry-run) x
-(mean measured cost of that rule's jobs in the default run) x (a work factor: how much more
-arithmetic one paper job does than one default job, from the two configs; 1 where no simple
-model exists). Then spread over one 16-core GPU workstation and N-node clusters, assuming
-perfect packing of independent jobs; GPU speed-ups are an assumption, stated in the entry.
+Measured: wall and CPU time of every job of the last default run in this checkout, from
+Snakemake's `benchmark:` records (results/benchmarks/<stage>/...), summed per stage.
+Projected (not measured): paper.yaml's cost. Training (the ensemble engine): the FLOPs of every
+member step of both configs (rankcollapse.trainplan's members, a FLOP model per member step);
+the default run's measured training seconds per FLOP give paper's CPU cost, and one GPU's time
+is paper's FLOPs at the fraction of the matmul rate that B7 measured the ensemble engine
+reaching on this CPU, applied to an assumed GPU peak, or the kernel-launch bound of its steps,
+whichever is larger. Other stages: (paper's job count per rule, from a dry-run) x (mean
+measured cost of that rule's jobs) x (a work factor from the configs; 1 where no simple model
+exists), spread over 16-core nodes with perfect packing. Every assumption is in the entry.
 """
 
 from __future__ import annotations
@@ -30,18 +33,75 @@ ROOT = Path(__file__).resolve().parents[1]
 STAGE_RULE = {"init": "init_sweep", "train": "train", "metrics": "train_metrics",
               "particles": "particles", "realarch": "realarch", "paths": "path_accuracy",
               "circle": "circle", "notebooks": "notebook", "collect": "collect"}
-GPU_SPEEDUP = 20.0  # assumed: one GPU vs this 2-core CPU on the training jobs (not measured)
 CORES_PER_NODE = 16
+# Assumptions of the GPU projection (not measured here; no GPU was available):
+GPU_PEAK_FLOPS = 19.5e12  # an A100's float32 (non-tensor-core) peak; an H100 has ~3x
+GPU_KERNEL_S = 8e-6  # launch + latency per small kernel
+KERNELS_PER_BLOCK_STEP = 70  # forward + backward kernels of one block in one ensemble step
+FALLBACK_FRACTION = 0.1  # fraction of peak if B7 has not been run
 
 
-def measured() -> dict[str, list[float]]:
-    per_stage: dict[str, list[float]] = defaultdict(list)
+def measured() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """({stage: job wall seconds}, {stage: job CPU seconds}) of the run in results/."""
+    wall: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
     for path in sorted((ROOT / "results/benchmarks").rglob("*.tsv")):
         stage = path.relative_to(ROOT / "results/benchmarks").parts[0]
         stage = Path(stage).stem
-        lines = path.read_text().splitlines()
-        per_stage[stage].append(float(lines[1].split("\t")[0]))
-    return per_stage
+        header, values = (line.split("\t") for line in path.read_text().splitlines()[:2])
+        row = dict(zip(header, values, strict=False))
+        wall[stage].append(float(row["s"]))
+        cpu[stage].append(float(row.get("cpu_time") or "nan"))
+    return wall, cpu
+
+
+def member_step_flops(config: dict, group) -> float:
+    """FLOPs of one training step of one member (forward + backward ~ 3x forward): the
+    matrix products of every block, attention scores and mixing, embedding and read-out."""
+    from rankcollapse.tasks import task_spec
+
+    spec = task_spec(group.task, **config["tasks"][group.task])
+    variant = config["variants"][group.variant]
+    m = group.model_options
+    d, n = m["width"], spec.tokens + (spec.readout == "class_token")
+    block = 2 * 4 * d * d + 2 * 2 * n * d  # qkv + proj; scores + mixing, per token
+    if variant["mlp"]:
+        block += 2 * 2 * d * m["mlp_ratio"] * d
+    around = 2 * spec.input_dim * d + 2 * d * spec.classes
+    return 3 * group.train_options["batch"] * n * (m["depth"] * block + around)
+
+
+def training_work(config: dict) -> dict:
+    """FLOPs and steps of all training of a config (every member of every ensemble)."""
+    from rankcollapse import trainplan
+
+    flops, steps, kernels = 0.0, 0, 0.0
+    groups = trainplan.groups(config)
+    for job in trainplan.ensembles(config):
+        group = groups[job.key]
+        n_steps = group.train_options["steps"]
+        flops += len(job.members) * n_steps * member_step_flops(config, group)
+        steps += n_steps
+        kernels += n_steps * (KERNELS_PER_BLOCK_STEP * job.depth + 30)
+    return {"flops": flops, "ensemble_steps": steps, "kernels": kernels,
+            "members": sum(len(j.members) for j in trainplan.ensembles(config)),
+            "ensembles": len(trainplan.ensembles(config))}
+
+
+def b7_fraction() -> tuple[float, str]:
+    """The ensemble engine's measured fraction of the matmul rate (B7, largest K), if run."""
+    import json
+
+    from common import RESULTS
+
+    if RESULTS.exists():
+        entry = json.loads(RESULTS.read_text()).get("B7_ensemble", {})
+        results = entry.get("results", {})
+        if results:
+            largest = max(results, key=lambda k: results[k]["members"])
+            return (results[largest]["ensemble_fraction_of_matmul_rate"],
+                    f"B7 {largest} on {entry['machine']['processor']} ({entry['date']})")
+    return FALLBACK_FRACTION, "assumed (B7 not run)"
 
 
 def config(name: str) -> dict:
@@ -84,37 +144,63 @@ def paper_jobs() -> dict[str, int]:
 
 
 def run() -> dict:
-    times = measured()
-    if not times:
+    wall, cpu = measured()
+    if not wall:
         return record("B6_end_to_end", {"what": "no finished default run in results/ "
                                         "(run `make reproduce` first)", "met": None})
     stages = {stage: {"jobs": len(v), "total_s": sum(v), "mean_s": statistics.mean(v),
-                      "max_s": max(v)} for stage, v in sorted(times.items())}
+                      "max_s": max(v), "cpu_s": sum(cpu[stage])}
+              for stage, v in sorted(wall.items())}
     default, paper = config("default"), config("paper")
     jobs = paper_jobs()
     projection = {}
     for stage, stats in stages.items():
         rule = STAGE_RULE.get(stage, stage)
+        if rule == "train":
+            continue
         count = sum(n for r, n in jobs.items() if r == rule or (stage == "collect" and
                                                                  r.startswith("collect")))
         factor = work_factor(rule, default, paper)
         projection[stage] = {"paper_jobs": count, "work_factor": factor,
                              "cpu_s": count * stats["mean_s"] * factor}
+    # Training, through the ensemble engine: seconds per FLOP measured on the default run.
+    work_default, work_paper = training_work(default), training_work(paper)
+    train = stages.get("train")
+    train_cpu = 0.0
+    if train:
+        seconds = train["cpu_s"] if train["cpu_s"] == train["cpu_s"] else train["total_s"]
+        train_cpu = work_paper["flops"] * seconds / work_default["flops"]
+        projection["train"] = {"paper_jobs": work_paper["ensembles"],
+                               "work_factor": work_paper["flops"] / work_default["flops"],
+                               "cpu_s": train_cpu}
+    fraction, source = b7_fraction()
+    gpu_flop_bound = work_paper["flops"] / (fraction * GPU_PEAK_FLOPS)
+    gpu_launch_bound = work_paper["kernels"] * GPU_KERNEL_S
+    gpu_train = max(gpu_flop_bound, gpu_launch_bound)
     cpu_total = sum(p["cpu_s"] for p in projection.values())
-    train_cpu = projection.get("train", {}).get("cpu_s", 0.0)
-    gpu_box = (train_cpu / GPU_SPEEDUP + (cpu_total - train_cpu) / (CORES_PER_NODE / 2))
+    gpu_box = gpu_train + (cpu_total - train_cpu) / (CORES_PER_NODE / 2)
     entry = {
         "what": "default run per stage (measured) and paper.yaml (projected)",
         "stages": stages,
         "total_s": sum(s["total_s"] for s in stages.values()),
+        "total_cpu_s": sum(s["cpu_s"] for s in stages.values()),
         "projection": projection,
+        "training": {"default": work_default, "paper": work_paper,
+                     "paper_train_hours_one_gpu": gpu_train / 3600,
+                     "gpu_flop_bound_h": gpu_flop_bound / 3600,
+                     "gpu_launch_bound_h": gpu_launch_bound / 3600,
+                     "fraction_of_peak": fraction, "fraction_source": source,
+                     "target": "<= 2 h (projection)"},
         "paper_cpu_hours_on_2_cores": cpu_total / 3600,
         "paper_hours_one_gpu_workstation": gpu_box / 3600,
         "paper_hours_on_nodes": {n: cpu_total / 3600 / (n * CORES_PER_NODE / 2)
                                  for n in (1, 4, 16)},
-        "assumptions": f"GPU = {GPU_SPEEDUP:g}x a 2-core CPU on training jobs; "
-                       f"{CORES_PER_NODE}-core nodes run {CORES_PER_NODE // 2} 2-core jobs at "
-                       "once; perfect packing; work factors from the configs",
+        "assumptions": f"GPU float32 peak {GPU_PEAK_FLOPS / 1e12:g} TFLOP/s reached at the "
+                       f"fraction the ensemble engine reaches of this CPU's matmul rate "
+                       f"({fraction:.3f}, {source}), or {GPU_KERNEL_S * 1e6:g} us per kernel x "
+                       f"{KERNELS_PER_BLOCK_STEP} kernels per block and step, whichever is "
+                       f"slower; {CORES_PER_NODE}-core nodes run {CORES_PER_NODE // 2} 2-core "
+                       "jobs at once; perfect packing; work factors from the configs",
         "met": None,
     }
     return record("B6_end_to_end", entry)
@@ -124,10 +210,15 @@ if __name__ == "__main__":
     r = run()
     for stage, s in r.get("stages", {}).items():
         p = r["projection"][stage]
-        print(f"{stage:10s} {s['jobs']:4d} jobs {s['total_s']:8.1f} s   paper: "
-              f"{p['paper_jobs']:5d} jobs x{p['work_factor']:.3g} work -> "
+        print(f"{stage:10s} {s['jobs']:4d} jobs {s['total_s']:8.1f} s wall {s['cpu_s']:8.1f} s "
+              f"CPU   paper: {p['paper_jobs']:5d} jobs x{p['work_factor']:.3g} work -> "
               f"{p['cpu_s'] / 3600:.2f} h")
     if "stages" in r:
+        t = r["training"]
+        hours = t["paper_train_hours_one_gpu"]
+        print(f"paper.yaml training on one GPU (projection): {hours:.2f} h "
+              f"(FLOP bound {t['gpu_flop_bound_h']:.2f} h, launch bound "
+              f"{t['gpu_launch_bound_h']:.2f} h; target <= 2 h)")
         print(f"paper.yaml projection: {r['paper_cpu_hours_on_2_cores']:.1f} h on 2 cores, "
               f"{r['paper_hours_one_gpu_workstation']:.1f} h on one GPU workstation, "
               + ", ".join(f"{h:.2f} h on {n} nodes" for n, h in r["paper_hours_on_nodes"].items())

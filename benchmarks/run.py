@@ -25,6 +25,8 @@ SUITE = {
     "B4_paths": ("bench_paths", "speedup", "dynamic programme vs 2^L enumeration"),
     "B5_workflow": ("bench_workflow", "dry_run_s", "snakemake -n on paper.yaml (s)"),
     "B6_end_to_end": ("bench_end_to_end", "total_s", "default run, summed job wall time (s)"),
+    "B7_ensemble": ("bench_ensemble", "ratio", "K=8 ensemble vs one after another"),
+    "B8_run_time": ("bench_run_time", "wall_s", "default run's workflow wall time (s)"),
 }
 
 

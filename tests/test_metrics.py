@@ -14,6 +14,7 @@ from rankcollapse.metrics import (
     mean_cosine_similarity,
     mean_token_norm_sq,
     relative_residual,
+    relative_residuals,
     token_similarity,
 )
 
@@ -119,3 +120,11 @@ def test_layer_metrics_keys_and_attention():
     assert all(v.shape == (3,) for v in out.values())
     assert torch.all((out["attn_lambda2"] >= 0) & (out["attn_lambda2"] <= 1 + 1e-12))
     assert torch.isnan(layer_metrics(X)["attn_lambda2"]).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(X=sequences())
+def test_both_residuals_at_once_are_the_single_ones_exactly(X):
+    both = relative_residuals(X[None].expand(3, -1, -1))
+    for norm in ("fro", "comp"):
+        assert torch.equal(both[norm], relative_residual(X[None].expand(3, -1, -1), norm))

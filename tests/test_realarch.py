@@ -66,8 +66,10 @@ def test_ablated_module_tree(model, ablation):
     has_ffn = any(n.endswith(FFN_NAMES[model]) and not isinstance(m, nn.Identity)
                   for n, m in names.items())
     assert has_ffn == ffn
-    # The original model is untouched.
+    # The original model is untouched, and the copy reads the original's weights (no copies).
     assert not no_skip & {type(m).__name__ for m in net.modules()}
+    originals = {p.data_ptr() for p in net.parameters()}
+    assert {p.data_ptr() for p in ablated.parameters()} <= originals
 
 
 @pytest.mark.parametrize("model", realarch.MODELS)

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from rankcollapse import trainplan
 from rankcollapse.config import ConfigError, check_config
 from rankcollapse.io import load_checked
 from rankcollapse.model import PRESETS, TaskModel
@@ -217,13 +218,15 @@ def test_dry_run_includes_the_training_jobs(project):
                          "--configfile", "workflow/config/ci.yaml", timeout=300)
     counts = dict(line.split() for line in proc.stdout.splitlines()
                   if len(line.split()) == 2 and line.split()[1].isdigit())
-    ci = __import__("yaml").safe_load((project / "workflow/config/ci.yaml").read_text())
-    grid, esc = ci["depth_grid"], ci["escalation"]
-    jobs = {(t, v, d, s) for t in grid["tasks"] for v in grid["variants"] for d in grid["depths"]
-            for s in grid["seeds"]}
-    jobs |= {(esc["task"], v, esc["depth"], s) for v in esc["variants"] for s in esc["seeds"]}
-    assert int(counts["train"]) == len(jobs), proc.stdout[-3000:]
-    assert int(counts["train_metrics"]) == len(jobs)
+    yaml = __import__("yaml")
+    config = yaml.safe_load((project / "workflow/config/default.yaml").read_text())
+    for key, value in yaml.safe_load((project / "workflow/config/ci.yaml").read_text()).items():
+        config[key] = {**config[key], **value} if isinstance(value, dict) else value
+    keys = {k for e in ("E4", "E5") for k in trainplan.experiment_groups(config, e)}
+    ensembles = [j for j in trainplan.ensembles(config) if j.key in keys]
+    assert len(ensembles) == len(keys)  # the CI grid fits one ensemble per architecture
+    assert int(counts["train"]) == len(ensembles), proc.stdout[-3000:]
+    assert int(counts["train_metrics"]) == len(ensembles)
     assert int(counts["collect_train"]) == 3  # E4_metrics, E5_metrics, E5_history
 
 

@@ -47,7 +47,25 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{where}: {error.message}"
     if error.validator == "required":
         return f"{where}: {error.message}"
+    if error.validator in ("oneOf", "anyOf"):
+        allowed = " or ".join(_shape(branch) for branch in error.validator_value)
+        return f"{where}: {error.instance!r} is not allowed; allowed: {allowed}"
     return f"{where}: {error.message}"
+
+
+def _shape(schema: dict, plural: bool = False) -> str:
+    """A schema branch in words: 'a number > 0', 'a non-empty list of distinct integers >= 1'."""
+    kind = schema.get("type", "value")
+    if kind == "array":
+        items = _shape(schema.get("items", {}), plural=True)
+        return ("a " + ("non-empty " if schema.get("minItems") else "")
+                + ("list of distinct " if schema.get("uniqueItems") else "list of ") + items)
+    bounds = [f"{op} {schema[key]}" for key, op in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                                                    ("maximum", "<="), ("exclusiveMaximum", "<"))
+              if key in schema]
+    noun = {"integer": "integer", "number": "number", "string": "string"}.get(kind, kind)
+    noun = noun + "s" if plural else ("an " if noun[0] in "aeiou" else "a ") + noun
+    return " ".join([noun, *bounds])
 
 
 def load_schema(path: str | os.PathLike) -> dict:
@@ -115,6 +133,15 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     if "width" in train and "heads" in train and train["width"] % train["heads"]:
         problems.append(f"train.width={train['width']} is not divisible by "
                         f"train.heads={train['heads']}")
+    if not problems:
+        from .trainplan import groups
+
+        try:  # one ensemble per (task, variant, depth): its members must share the model
+            groups(config)
+        except KeyError:  # a partial config (a block left to the schema's defaults)
+            pass
+        except ValueError as err:
+            problems.append(str(err))
     return problems
 
 

@@ -205,13 +205,20 @@ def path_counts(depth: int, heads: int) -> list[int]:
 
 def measure_job(model_path, eval_size: int, samples: int, repeats: int,
                 threads: int = 1) -> pd.DataFrame:
-    """Path accuracies of one trained checkpoint (model.pt of the train rule) on its first
+    """Path accuracies of one trained checkpoint (a model.pt of train.run_job) on its first
     `eval_size` test examples: both protocols, with the run's identity and final accuracy."""
+    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    return measure_saved(saved, eval_size, samples, repeats, threads)
+
+
+def measure_saved(saved: dict, eval_size: int, samples: int, repeats: int,
+                  threads: int = 1) -> pd.DataFrame:
+    """measure_job of one trained network already loaded: a dict with its weights, settings
+    and final result (train.run_job's model.pt, or one member of ensemble.load_members)."""
     from . import io, runtime
     from .tasks import make_task
     from .train import new_model
 
-    saved = torch.load(model_path, map_location="cpu", weights_only=False)
     settings = saved["settings"]
     runtime.setup(threads, settings["seed"])
     data = make_task(settings["task"], **settings["task_options"])

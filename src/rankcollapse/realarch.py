@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from .metrics import relative_residual
+from .metrics import relative_residuals
 
 MODELS = ("bert", "albert", "xlnet")
 ABLATIONS = {  # name: (attention skip kept, feed-forward kept)
@@ -194,7 +194,9 @@ def ablate(net: nn.Module, model: str, ablation: str) -> nn.Module:
     skip, ffn = ABLATIONS[ablation]
     if ablation in ALBERT_ONLY and model != "albert":
         raise ValueError(f"ablation {ablation!r} exists for ALBERT only")
-    net = copy.deepcopy(net)
+    # Copy the module tree but share the weights (only read here): a deep copy of base-size
+    # weights per ablation costs more than the wrappers do.
+    net = copy.deepcopy(net, memo={id(t): t for t in (*net.parameters(), *net.buffers())})
     if model == "bert":
         for layer in net.encoder.layer:
             if not skip:
@@ -277,10 +279,10 @@ def residual_table(states: list[Tensor]) -> pd.DataFrame:
     rows = []
     for layer, X in enumerate(states):
         X = X.double()  # metrics in float64 whatever the forward pass ran in
+        r = relative_residuals(X)
         rows.append(pd.DataFrame({
             "sample": range(X.shape[0]), "layer": layer,
-            "relative_residual_comp": relative_residual(X, "comp").numpy(),
-            "relative_residual": relative_residual(X, "fro").numpy(),
+            "relative_residual_comp": r["comp"].numpy(), "relative_residual": r["fro"].numpy(),
         }))
     return pd.concat(rows, ignore_index=True)
 

@@ -135,6 +135,25 @@ TASKS: dict[str, Callable[..., TaskData]] = {
 }
 
 
+def task_spec(name: str, **options) -> TaskSpec:
+    """The TaskSpec of task `name` with `options`, without building its data: the sizes that
+    plan a model (memory per ensemble member) before any job runs."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; allowed: {sorted(TASKS)}")
+    import inspect
+
+    defaults = {k: p.default for k, p in inspect.signature(TASKS[name]).parameters.items()}
+    o = {**defaults, **options}
+    if name == "digits":
+        side = 8 // o["patch"]
+        return TaskSpec("digits", "features", o["patch"] ** 2, side * side, 10, "class_token")
+    if name == "sorting":
+        return TaskSpec("sorting", "tokens", o["vocab"], o["length"], o["vocab"], "per_token")
+    if name == "memorisation":
+        return TaskSpec("memorisation", "tokens", o["vocab"], o["length"], 2, "per_token")
+    return TaskSpec("hull", "features", 2, o["points"], 2, "per_token")
+
+
 def make_task(name: str, **options) -> TaskData:
     """The task `name` built with `options` (the config's `tasks.<name>` block)."""
     if name not in TASKS:

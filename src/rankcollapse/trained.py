@@ -45,13 +45,16 @@ def escalation_fits(table: pd.DataFrame, floor: float = 1e-12) -> dict[str, floa
 
 
 def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
-    """One row per trained run: task, variant, depth, seed, accuracy, diverged, chance.
+    """One row per trained run: task, variant, depth, seed (and peak_lr, warmup, weight_decay
+    when the table has them), accuracy, diverged, chance.
 
     A diverged run counts at chance accuracy (its weights are not finite, so it predicts nothing);
     the `diverged` column keeps it visible.
     """
+    # One run per member: seed, and the optimiser settings where a sweep gives several per seed.
+    member = ["seed", *(c for c in ("peak_lr", "warmup", "weight_decay") if c in metrics)]
     runs = metrics[metrics.stage == "trained"].groupby(
-        ["task", "variant", "depth", "seed"], as_index=False, sort=False
+        ["task", "variant", "depth", *member], as_index=False, sort=False
     ).agg(test_accuracy=("test_accuracy", "first"), test_loss=("test_loss", "first"),
           diverged=("diverged", "first"), diverged_step=("diverged_step", "first"),
           chance=("chance", "first"))

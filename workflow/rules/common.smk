@@ -2,7 +2,7 @@
 # Logic belongs in src/rankcollapse; this file stays small.
 from snakemake.utils import min_version, validate
 
-from rankcollapse import homogenized
+from rankcollapse import homogenized, trainplan
 from rankcollapse.config import check_config, check_schema, load_schema
 
 min_version("9.0")
@@ -18,6 +18,7 @@ wildcard_constraints:
     # Short names only (letters, digits, underscores), so no wildcard value can leave results.
     variant="[A-Za-z][A-Za-z0-9_]*",
     seed="[0-9]+",
+    part="[0-9]+",
     experiment="E[0-9]+[a-z]?",
     study="[a-z][a-z0-9_]*",
     point="[A-Za-z0-9_.-]+",
@@ -124,30 +125,28 @@ EXPERIMENTS = {
 
 
 def init_sweep_tables(wildcards=None):
-    sweep = config["init_sweep"]
+    """E1's per-job tables, one per variant (all seeds in one job)."""
     return expand(
-        "results/init/{variant}/seed{seed}.parquet",
-        variant=sweep["variants"],
-        seed=sweep["seeds"],
+        "results/init/{variant}.parquet", variant=config["init_sweep"]["variants"]
     )
 
 
 def realarch_tables(wildcards=None):
-    """E1b's per-job tables, one per (model, seed)."""
-    settings = config["realarch"]
-    return expand(
-        "results/realarch/{model}/seed{seed}.parquet",
-        model=settings["models"],
-        seed=settings["seeds"],
-    )
+    """E1b's per-job tables, one per model (all seeds in one job)."""
+    return expand("results/realarch/{model}.parquet", model=config["realarch"]["models"])
 
 
 def init_sweep_params(wildcards):
-    """Everything one init job needs: the variant's switches and the shared sweep settings."""
+    """Everything one init job needs: the variant's switches, its seeds and the shared sweep
+    settings."""
     sweep = {
         k: v for k, v in config["init_sweep"].items() if k not in ("variants", "seeds")
     }
-    return {"variant": config["variants"][wildcards.variant], **sweep}
+    return {
+        "variant": config["variants"][wildcards.variant],
+        "seeds": config["init_sweep"]["seeds"],
+        "sweep": sweep,
+    }
 
 
 def particle_plan():
@@ -169,84 +168,76 @@ def particle_params(wildcards):
     return particle_plan()[wildcards.study][wildcards.point]
 
 
-def train_runs(experiment):
-    """(task, variant, depth, seed) of every training job that E2, E4, E5 or E5b reads."""
-    if experiment == "E2":
-        p = config["paths"]
-        return [
-            (t, v, d, s)
-            for t in p["tasks"]
-            for v in p["variants"]
-            for d in p["depths"]
-            for s in p["seeds"]
-        ]
-    if experiment == "E5b":
-        r = config["rival_fixes"]
-        return [
-            (r["task"], v, d, s)
-            for v in r["variants"]
-            for d in r["depths"]
-            for s in r["seeds"]
-        ]
-    if experiment == "E4":
-        e = config["escalation"]
-        return [
-            (e["task"], v, e["depth"], s) for v in e["variants"] for s in e["seeds"]
-        ]
-    g = config["depth_grid"]
-    return [
-        (t, v, d, s)
-        for t in g["tasks"]
-        for v in g["variants"]
-        for d in g["depths"]
-        for s in g["seeds"]
-    ]
-
+# Training: all members (seeds x optimiser settings) of one (task, variant, depth) train as one
+# ensemble job, split into parts when they would not fit train.ensemble_memory_mb
+# (rankcollapse.trainplan); the tables of an experiment keep its own members.
+ENSEMBLES = {
+    (job.task, job.variant, str(job.depth), str(job.part)): job
+    for job in trainplan.ensembles(config)
+}
 
 TRAIN_FILES = {
-    "history": "results/train/{}/{}/L{}/seed{}/history.parquet",
-    "metrics": "results/metrics/{}/{}/L{}/seed{}.parquet",
-    "train_benchmark": "results/benchmarks/train/{}/{}/L{}/seed{}.tsv",
-    "metrics_benchmark": "results/benchmarks/metrics/{}/{}/L{}/seed{}.tsv",
-    "paths": "results/paths/{}/{}/L{}/seed{}.parquet",
-    "paths_benchmark": "results/benchmarks/paths/{}/{}/L{}/seed{}.tsv",
+    "history": "results/train/{}/{}/L{}/part{}/history.parquet",
+    "metrics": "results/metrics/{}/{}/L{}/part{}.parquet",
+    "train_benchmark": "results/benchmarks/train/{}/{}/L{}/part{}.tsv",
+    "metrics_benchmark": "results/benchmarks/metrics/{}/{}/L{}/part{}.tsv",
+    "paths": "results/paths/{}/{}/L{}/part{}.parquet",
+    "paths_benchmark": "results/benchmarks/paths/{}/{}/L{}/part{}.tsv",
 }
 
 
-def train_tables(wildcards):
-    """The per-job tables collected into results/tables/{experiment}_{kind}.parquet."""
+def train_jobs(experiment):
+    """The ensemble jobs that hold at least one of the experiment's members."""
+    wanted = {
+        (
+            m["task"],
+            m["variant"],
+            m["depth"],
+            m["seed"],
+            m["peak_lr"],
+            m["warmup"],
+            m["weight_decay"],
+        )
+        for m in trainplan.experiment_members(config, experiment)
+    }
     return [
-        TRAIN_FILES[wildcards.kind].format(*run)
-        for run in train_runs(wildcards.experiment)
+        job
+        for job in ENSEMBLES.values()
+        if any(
+            (*job.key, m["seed"], m["lr"], m["warmup"], m["weight_decay"]) in wanted
+            for m in job.members
+        )
     ]
 
 
+def train_files(kind, jobs):
+    return [TRAIN_FILES[kind].format(j.task, j.variant, j.depth, j.part) for j in jobs]
+
+
+def train_tables(wildcards):
+    """The per-ensemble tables collected into results/tables/{experiment}_{kind}.parquet."""
+    return train_files(wildcards.kind, train_jobs(wildcards.experiment))
+
+
+def experiment_members(wildcards):
+    """The identity rows an experiment's collected table keeps."""
+    return trainplan.experiment_members(config, wildcards.experiment)
+
+
 def train_params(wildcards):
-    """One training job's settings: task options, switches, model and optimiser. E2's runs
-    take their model size per task and optimiser overrides from `paths`."""
-    train = config["train"]
-    model_keys = ("width", "heads", "mlp_ratio")
-    run = (wildcards.task, wildcards.variant, int(wildcards.depth), int(wildcards.seed))
-    if run in train_runs("E2"):
-        paths = config["paths"]
-        train = {**train, **paths["models"].get(wildcards.task, {}), **paths["train"]}
-    return {
-        "task": wildcards.task,
-        "task_options": config["tasks"][wildcards.task],
-        "variant": config["variants"][wildcards.variant],
-        "model_options": {
-            **{k: train[k] for k in model_keys},
-            "depth": int(wildcards.depth),
-        },
-        "train_options": {
-            k: v for k, v in train.items() if k not in (*model_keys, "eval_size", "gpu")
-        },
-    }
+    """One ensemble job's settings: task options, switches, model, shared training options
+    and its members (seed, lr, warmup, weight_decay each)."""
+    key = (wildcards.task, wildcards.variant, wildcards.depth, wildcards.part)
+    if key not in ENSEMBLES:
+        raise ValueError(
+            f"no training ensemble {key} in this config; planned: {sorted(ENSEMBLES)}"
+        )
+    return trainplan.job_params(config, ENSEMBLES[key])
 
 
 def path_tables(wildcards=None):
-    """E2's per-job path-accuracy tables."""
-    return [TRAIN_FILES["paths"].format(*run) for run in train_runs("E2")]
+    """E2's per-ensemble path-accuracy tables."""
+    return train_files("paths", train_jobs("E2"))
 
 
 def circle_tables(wildcards=None):
@@ -302,9 +293,8 @@ def report_pdf():
 def benchmark_files(wildcards=None):
     """The per-job wall-time records that the report's provenance section sums per rule."""
     init = expand(
-        "results/benchmarks/init/{variant}/seed{seed}.tsv",
+        "results/benchmarks/init/{variant}.tsv",
         variant=config["init_sweep"]["variants"],
-        seed=config["init_sweep"]["seeds"],
     )
     notebooks = expand(
         "results/benchmarks/notebooks/{experiment}.tsv", experiment=report_experiments()
@@ -321,19 +311,17 @@ def benchmark_files(wildcards=None):
         )
     training = set()
     for experiment in {"E4", "E5", "E5b"} & set(report_experiments()):
-        runs = train_runs(experiment)
+        jobs = train_jobs(experiment)
         for kind in ("train_benchmark", "metrics_benchmark"):
-            training |= {TRAIN_FILES[kind].format(*run) for run in runs}
+            training |= set(train_files(kind, jobs))
         kinds = ["metrics", "history"] if experiment == "E5" else ["metrics"]
         training |= {
             f"results/benchmarks/collect/{experiment}_{kind}.tsv" for kind in kinds
         }
     if "E2" in report_experiments():
-        for run in train_runs("E2"):
-            training |= {
-                TRAIN_FILES[kind].format(*run)
-                for kind in ("train_benchmark", "paths_benchmark")
-            }
+        jobs = train_jobs("E2")
+        for kind in ("train_benchmark", "paths_benchmark"):
+            training |= set(train_files(kind, jobs))
         training.add("results/benchmarks/collect/E2_paths.tsv")
     if "E3" in report_experiments():
         training |= {
@@ -346,9 +334,7 @@ def benchmark_files(wildcards=None):
     collect = ["results/benchmarks/collect/E1_init.tsv"]
     if "E1b" in report_experiments():
         collect += expand(
-            "results/benchmarks/realarch/{model}/seed{seed}.tsv",
-            model=config["realarch"]["models"],
-            seed=config["realarch"]["seeds"],
+            "results/benchmarks/realarch/{model}.tsv", model=config["realarch"]["models"]
         )
         collect.append("results/benchmarks/collect/E1b_realarch.tsv")
     return init + collect + particles + sorted(training) + notebooks

@@ -1,17 +1,18 @@
 # Per-layer metrics of trained networks (and of the same networks at init) on a fixed test
-# batch, plus final test loss/accuracy; then one table per experiment. Measuring is a few small
-# forward passes, so it runs on the CPU and leaves the GPUs to the training jobs.
+# batch, plus final test loss/accuracy, every member of an ensemble in one batched pass; then
+# one table per experiment with its own members. Measuring is a few small forward passes, so
+# it runs on the CPU and leaves the GPUs to the training jobs.
 
 
 rule train_metrics:
     input:
-        model="results/train/{task}/{variant}/L{depth}/seed{seed}/model.pt",
+        ensemble="results/train/{task}/{variant}/L{depth}/part{part}/ensemble.pt",
     output:
-        "results/metrics/{task}/{variant}/L{depth}/seed{seed}.parquet",
+        "results/metrics/{task}/{variant}/L{depth}/part{part}.parquet",
     log:
-        "results/logs/metrics/{task}/{variant}/L{depth}/seed{seed}.log",
+        "results/logs/metrics/{task}/{variant}/L{depth}/part{part}.log",
     benchmark:
-        "results/benchmarks/metrics/{task}/{variant}/L{depth}/seed{seed}.tsv"
+        "results/benchmarks/metrics/{task}/{variant}/L{depth}/part{part}.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -37,5 +38,7 @@ rule collect_train:
     conda:
         "../../envs/environment.yaml"
     threads: 1
+    params:
+        members=experiment_members,
     script:
-        "../scripts/collect.py"
+        "../scripts/collect_members.py"

@@ -1,16 +1,16 @@
 # E2: token accuracy of trained san_skip networks using only paths of length <= k (exact DP and
-# the original sampled-path protocol), per checkpoint of the train rule; then one table.
+# the original sampled-path protocol), every member of one training ensemble; then one table.
 
 
 rule path_accuracy:
     input:
-        model="results/train/{task}/{variant}/L{depth}/seed{seed}/model.pt",
+        ensemble="results/train/{task}/{variant}/L{depth}/part{part}/ensemble.pt",
     output:
-        "results/paths/{task}/{variant}/L{depth}/seed{seed}.parquet",
+        "results/paths/{task}/{variant}/L{depth}/part{part}.parquet",
     log:
-        "results/logs/paths/{task}/{variant}/L{depth}/seed{seed}.log",
+        "results/logs/paths/{task}/{variant}/L{depth}/part{part}.log",
     benchmark:
-        "results/benchmarks/paths/{task}/{variant}/L{depth}/seed{seed}.tsv"
+        "results/benchmarks/paths/{task}/{variant}/L{depth}/part{part}.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -34,5 +34,7 @@ rule collect_paths:
     conda:
         "../../envs/environment.yaml"
     threads: 1
+    params:
+        members=trainplan.experiment_members(config, "E2"),
     script:
-        "../scripts/collect.py"
+        "../scripts/collect_members.py"

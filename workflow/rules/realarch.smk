@@ -1,14 +1,15 @@
 # E1b: BERT, ALBERT and XLNet at random initialisation with their path ablations (Dong et al.,
-# Fig. 2); one job per (model, seed), every ablation and layer from captured forward passes.
+# Fig. 2); one job per model runs all its seeds (importing transformers and starting Python
+# once), every ablation and layer from captured forward passes.
 
 
 rule realarch:
     output:
-        "results/realarch/{model}/seed{seed}.parquet",
+        "results/realarch/{model}.parquet",
     log:
-        "results/logs/realarch/{model}/seed{seed}.log",
+        "results/logs/realarch/{model}.log",
     benchmark:
-        "results/benchmarks/realarch/{model}/seed{seed}.tsv"
+        "results/benchmarks/realarch/{model}.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

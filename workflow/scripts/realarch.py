@@ -1,4 +1,4 @@
-"""E1b job: per-layer residuals of one real architecture (model x seed), every ablation."""
+"""E1b job: per-layer residuals of one real architecture, every seed and ablation."""
 
 import logging
 import os
@@ -11,21 +11,26 @@ from rankcollapse import io, realarch, runtime  # noqa: E402
 
 io.log_to(snakemake.log[0])
 settings = snakemake.params.settings
-model, seed = snakemake.wildcards.model, int(snakemake.wildcards.seed)
-runtime.setup(snakemake.threads, seed)
-logging.info("model=%s seed=%d settings: %s", model, seed, settings)
+model = snakemake.wildcards.model
 keys = ("ablations", "batch", "tokens", "input_seed", "dtype")
 options = {k: settings[k] for k in keys}
-text = seed in sorted(settings["seeds"])[: settings["text_seeds"]]
-options["inputs"] = ["random", "text"] if text else ["random"]
-
-tables = [realarch.run(model, seed, **options, log=logging.info)]
 checkpoint = settings["checkpoints"].get(model)
-if checkpoint and seed == min(settings["seeds"]):  # pretrained weights: one run, not per seed
-    logging.info("pretrained weights from %s", checkpoint)
-    tables.append(realarch.run(model, seed, **options, checkpoint=checkpoint, log=logging.info))
-table = pd.concat(tables, ignore_index=True)
-table.insert(1, "seed", seed)
+text_seeds = sorted(settings["seeds"])[: settings["text_seeds"]]
+per_seed = []
+for seed in settings["seeds"]:
+    # As if each seed were its own job: the same thread count and seeding.
+    runtime.setup(snakemake.threads, seed)
+    logging.info("model=%s seed=%d settings: %s", model, seed, settings)
+    inputs = ["random", "text"] if seed in text_seeds else ["random"]
+    tables = [realarch.run(model, seed, inputs=inputs, **options, log=logging.info)]
+    if checkpoint and seed == min(settings["seeds"]):  # pretrained weights: one run, not per seed
+        logging.info("pretrained weights from %s", checkpoint)
+        tables.append(realarch.run(model, seed, inputs=inputs, **options,
+                                   checkpoint=checkpoint, log=logging.info))
+    table = pd.concat(tables, ignore_index=True)
+    table.insert(1, "seed", seed)
+    per_seed.append(table)
+table = pd.concat(per_seed, ignore_index=True)
 table["config_hash"] = io.config_hash(settings)
 table["code_version"] = io.code_version()
 io.write_parquet(table, snakemake.output[0])

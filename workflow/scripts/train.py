@@ -1,19 +1,20 @@
-"""Training job: one (task, variant, depth, seed) -> model.pt and history.parquet."""
+"""Training job: every member of one (task, variant, depth) ensemble -> ensemble.pt and
+history.parquet (one history per member, with its identity columns)."""
 
 import logging
 
 from rankcollapse import io
-from rankcollapse.train import run_job
+from rankcollapse.ensemble import run_job
 
 io.log_to(snakemake.log[0])
-job, w = snakemake.params.job, snakemake.wildcards
-result = run_job(
-    **job,
-    seed=int(w.seed),
-    model_path=snakemake.output.model,
+w = snakemake.wildcards
+results = run_job(
+    **snakemake.params.job,
+    ensemble_path=snakemake.output.ensemble,
     history_path=snakemake.output.history,
     device=snakemake.params.device,
     threads=snakemake.threads,
     extra_columns={"task": w.task, "variant": w.variant, "depth": int(w.depth)},
 )
-logging.info("diverged=%s test accuracy=%.4f", result.diverged, result.test_accuracy)
+for result in results:
+    logging.info("diverged=%s test accuracy=%.4f", result.diverged, result.test_accuracy)

@@ -1,14 +1,15 @@
-"""Metrics job: per-layer metrics of one trained model (and of it at init) -> parquet."""
+"""Metrics job: per-layer metrics of every member of one trained ensemble (and of it at init)
+-> parquet."""
 
 import logging
 
 from rankcollapse import io
-from rankcollapse.train import measure_job
+from rankcollapse.ensemble import measure_job
 
 io.log_to(snakemake.log[0])
 w = snakemake.wildcards
 table = measure_job(
-    snakemake.input.model,
+    snakemake.input.ensemble,
     eval_size=snakemake.params.eval_size,
     device=snakemake.params.device,
     threads=snakemake.threads,

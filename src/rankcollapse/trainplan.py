@@ -1,0 +1,236 @@
+"""The workflow's training grid as ensembles, planned from the config before any job runs.
+
+Every training experiment (E4, E5, E5b, E2) asks for runs of architectures (task, variant,
+depth) over seeds and optimiser settings. The config gives `lr`, `warmup` and `weight_decay`
+as a number or a list (a sweep); an experiment's members for one architecture are the product
+seeds x lr x warmup x weight_decay. All members of one architecture, whichever experiments ask
+for them, train as one ensemble (`rankcollapse.ensemble`), split into several when they would
+not fit `train.ensemble_memory_mb`:
+
+    groups(config)        {(task, variant, depth): Group}: model, shared training options, members
+    ensembles(config)     [Job]: one training job each, (task, variant, depth, part, members)
+    experiment_members(config, experiment)   the identity rows an experiment's tables keep
+
+A member is a dict {seed, lr, warmup, weight_decay}; its identity in the tables is
+{seed, peak_lr, warmup, weight_decay} (`ensemble.Member.identity`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+from .ensemble import MEMBER_FIELDS
+from .model import ModelConfig
+from .tasks import TaskSpec, task_spec
+from .train import TrainConfig
+
+EXPERIMENTS = ("E4", "E5", "E5b", "E2")
+MODEL_KEYS = ("width", "heads", "mlp_ratio")
+# Keys of the `train` block that are not TrainConfig fields.
+PLAN_KEYS = ("eval_size", "gpu", "ensemble_memory_mb")
+
+
+def sweep(value) -> list:
+    """A config value that may be a list (a sweep) or a single value, as a list."""
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+@dataclass(frozen=True)
+class Group:
+    """Every member of one architecture: what they share and who they are."""
+
+    task: str
+    variant: str
+    depth: int
+    model_options: dict  # width, heads, mlp_ratio, depth
+    train_options: dict  # the TrainConfig fields every member shares
+    members: tuple  # ({seed, lr, warmup, weight_decay}, ...), sorted
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job: one ensemble (part `part` of its group's members)."""
+
+    task: str
+    variant: str
+    depth: int
+    part: int
+    members: tuple
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.task, self.variant, self.depth)
+
+
+def _settings(config: dict, experiment: str, task: str) -> tuple[dict, dict]:
+    """(model sizes, training options with sweeps as lists) of an experiment's runs on `task`.
+    E2 takes its model size per task and its optimiser overrides from `paths`."""
+    train = dict(config["train"])
+    if experiment == "E2":
+        paths = config["paths"]
+        train = {**train, **paths.get("models", {}).get(task, {}), **paths.get("train", {})}
+    return {k: train[k] for k in MODEL_KEYS}, {k: v for k, v in train.items()
+                                                 if k not in (*MODEL_KEYS, *PLAN_KEYS)}
+
+
+def _runs(config: dict, experiment: str) -> list[tuple[str, str, int, list[int]]]:
+    """(task, variant, depth, seeds) of every architecture an experiment trains."""
+    if experiment == "E2":
+        p = config["paths"]
+        return [(t, v, d, p["seeds"]) for t in p["tasks"] for v in p["variants"]
+                for d in p["depths"]]
+    if experiment == "E5b":
+        r = config["rival_fixes"]
+        return [(r["task"], v, d, r["seeds"]) for v in r["variants"] for d in r["depths"]]
+    if experiment == "E4":
+        e = config["escalation"]
+        return [(e["task"], v, e["depth"], e["seeds"]) for v in e["variants"]]
+    if experiment == "E5":
+        g = config["depth_grid"]
+        return [(t, v, d, g["seeds"]) for t in g["tasks"] for v in g["variants"]
+                for d in g["depths"]]
+    raise ValueError(f"experiment={experiment!r}: allowed values are {list(EXPERIMENTS)}")
+
+
+def _members(seeds: list[int], train: dict) -> list[dict]:
+    """seeds x lr x warmup x weight_decay, each member a dict."""
+    grids = [sweep(train[k]) for k in MEMBER_FIELDS]
+    return [{"seed": int(seed), **dict(zip(MEMBER_FIELDS, values, strict=True))}
+            for seed in seeds for values in itertools.product(*grids)]
+
+
+def _sort_key(member: dict) -> tuple:
+    return (member["seed"], *(member[k] for k in MEMBER_FIELDS))
+
+
+def experiment_groups(config: dict, experiment: str) -> dict[tuple, Group]:
+    """{(task, variant, depth): Group} of the members one experiment asks for."""
+    out = {}
+    shared_keys = [f.name for f in fields(TrainConfig) if f.name not in MEMBER_FIELDS]
+    for task, variant, depth, seeds in _runs(config, experiment):
+        model, train = _settings(config, experiment, task)
+        defaults = asdict(TrainConfig())
+        shared = {k: train.get(k, defaults[k]) for k in shared_keys}
+        members = _members(seeds, {k: train.get(k, defaults[k]) for k in MEMBER_FIELDS})
+        out[(task, variant, int(depth))] = Group(
+            task, variant, int(depth), {**model, "depth": int(depth)}, shared,
+            tuple(sorted(members, key=_sort_key)))
+    return out
+
+
+def experiment_members(config: dict, experiment: str) -> list[dict]:
+    """The identity rows (task, variant, depth, seed, peak_lr, warmup, weight_decay) that the
+    experiment's collected tables keep (its ensembles may hold other experiments' members)."""
+    return [{"task": g.task, "variant": g.variant, "depth": g.depth, "seed": m["seed"],
+             "peak_lr": m["lr"], "warmup": m["warmup"], "weight_decay": m["weight_decay"]}
+            for g in experiment_groups(config, experiment).values() for m in g.members]
+
+
+def groups(config: dict, experiments=EXPERIMENTS) -> dict[tuple, Group]:
+    """Every architecture that is trained, with the union of its members over experiments.
+
+    Raises ValueError when two experiments train one architecture with different model sizes
+    or shared training options (one ensemble cannot hold both)."""
+    out: dict[tuple, Group] = {}
+    for experiment in experiments:
+        for key, group in experiment_groups(config, experiment).items():
+            if key not in out:
+                out[key] = group
+                continue
+            have = out[key]
+            if (have.model_options, have.train_options) != (group.model_options,
+                                                             group.train_options):
+                raise ValueError(
+                    f"{experiment} trains task {key[0]!r}, variant {key[1]!r}, depth {key[2]} "
+                    "with other model or training settings than another experiment; use a "
+                    "differently named copy of the variant")
+            merged = {tuple(sorted(m.items())): m for m in (*have.members, *group.members)}
+            out[key] = Group(*key, have.model_options, have.train_options,
+                             tuple(sorted(merged.values(), key=_sort_key)))
+    return out
+
+
+# ---- memory ---------------------------------------------------------------------------------
+
+# Floats that one training step keeps for the backward pass, per token of the batch and block:
+# fitted to the saved tensors that autograd records for the ensemble's step (tests check the
+# estimate against that count): the residual stream and its norms ~ width, the attention
+# scores and probabilities ~ heads x tokens, the MLP ~ width and its hidden layer.
+SAVED_PER_WIDTH, SAVED_PER_ATTENTION = 4.5, 2.5
+SAVED_MLP_PER_WIDTH, SAVED_MLP_PER_HIDDEN = 5.5, 2.2
+MARGIN = 1.25  # allocator slack and transient buffers
+STATE_COPIES = 6  # weights, gradients, two AdamW moments, two temporaries of the update
+
+
+def parameter_count(spec: TaskSpec, cfg: ModelConfig) -> int:
+    """Parameters of model.TaskModel(cfg) for the task `spec`, counted from the sizes (building
+    the model, even on the meta device, is too slow to plan a paper-size grid)."""
+    d, hidden = cfg.width, cfg.mlp_ratio * cfg.width
+    norms = (cfg.norm != "none") * (1 + cfg.mlp)  # LayerNorms per block, 2d parameters each
+    block = 4 * d * d + 2 * d * norms + cfg.mlp * (2 * d * hidden + hidden + d)
+    embed = spec.input_dim * d + (d if spec.inputs == "features" else 0)
+    tokens = spec.tokens + (spec.readout == "class_token")
+    around = embed + (d if spec.readout == "class_token" else 0) + tokens * d + 2 * d \
+        + d * spec.classes + spec.classes
+    return cfg.depth * block + around
+
+
+def member_memory_mb(task: str, task_options: dict, variant: dict, model_options: dict,
+                     batch: int, bytes_per_float: int = 4) -> float:
+    """Estimated peak memory (MB) that one ensemble member adds to a training step."""
+    spec = task_spec(task, **task_options)
+    cfg = ModelConfig.from_dict({**variant, **model_options})
+    params = parameter_count(spec, cfg)
+    tokens = spec.tokens + (spec.readout == "class_token")
+    per_token = SAVED_PER_WIDTH * cfg.width + SAVED_PER_ATTENTION * cfg.heads * tokens
+    if cfg.mlp:
+        per_token += SAVED_MLP_PER_WIDTH * cfg.width + SAVED_MLP_PER_HIDDEN * cfg.mlp_ratio \
+            * cfg.width
+    saved = MARGIN * cfg.depth * batch * tokens * per_token
+    return (STATE_COPIES * params + saved) * bytes_per_float / 2**20
+
+
+def split(members: list, per_member_mb: float, budget_mb: float) -> list[list]:
+    """Members in as few contiguous, near-equal parts as fit `budget_mb` each (at least one
+    member per part, however large)."""
+    fit = max(1, math.floor(budget_mb / per_member_mb))
+    parts = math.ceil(len(members) / fit)
+    bounds = [round(i * len(members) / parts) for i in range(parts + 1)]
+    return [members[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+
+
+def ensembles(config: dict, experiments=EXPERIMENTS) -> list[Job]:
+    """Every training job: each architecture's members, split to fit the memory budget."""
+    budget = config["train"].get("ensemble_memory_mb", 4096)
+    jobs = []
+    for key, group in groups(config, experiments).items():
+        per_member = member_memory_mb(group.task, config["tasks"][group.task],
+                                      config["variants"][group.variant], group.model_options,
+                                      group.train_options["batch"])
+        for part, members in enumerate(split(list(group.members), per_member, budget)):
+            jobs.append(Job(*key, part, tuple(members)))
+    return jobs
+
+
+def job_params(config: dict, job: Job) -> dict:
+    """Everything one training job needs (ensemble.run_job's arguments but the paths)."""
+    group = groups(config)[job.key]
+    return {"task": job.task, "task_options": config["tasks"][job.task],
+            "variant": config["variants"][job.variant], "model_options": group.model_options,
+            "train_options": group.train_options, "members": [dict(m) for m in job.members]}
+
+
+IDENTITY = ["task", "variant", "depth", "seed", "peak_lr", "warmup", "weight_decay"]
+
+
+def select_members(table, members: list[dict]):
+    """The rows of `table` whose member identity (IDENTITY columns) is one of `members`, in
+    the table's order."""
+    import pandas as pd
+
+    wanted = pd.DataFrame(members, columns=IDENTITY).drop_duplicates()
+    keys = table[IDENTITY].reset_index(drop=True)
+    mask = keys.merge(wanted.assign(_keep=True), on=IDENTITY, how="left")["_keep"].eq(True)
+    return table[mask.to_numpy()].reset_index(drop=True)

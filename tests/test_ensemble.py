@@ -1,0 +1,303 @@
+"""Ensemble training: every member equals the same run trained alone by train.train (to a
+stated float tolerance), members are isolated from each other's divergence, and a checkpointed
+ensemble resumes exactly (SIGKILL, damage, other settings)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from rankcollapse import ensemble as E
+from rankcollapse import train as T
+from rankcollapse.io import load_checked
+from rankcollapse.model import PRESETS
+from rankcollapse.tasks import TaskData, make_task
+
+MODEL = {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 3}
+BASE = T.TrainConfig(steps=24, batch=32, lr=2e-3, warmup=8, checkpoint_every=0, eval_every=10)
+# Seeds and optimiser settings that differ per member (peak lr, warm-up, weight decay).
+MEMBERS = [E.Member(0, BASE), E.Member(1, replace(BASE, lr=1e-3, warmup=3)),
+           E.Member(2, replace(BASE, weight_decay=0.2)), E.Member(3, replace(BASE, lr=4e-3))]
+
+# Tolerances of "a member equals its single run". The two differ only in rounding: batched
+# matrix products and the unfused attention of the ensemble add the same terms in another
+# order than the single model's kernels, a few units in the last place per operation, which
+# a few dozen optimiser steps amplify modestly (measured: float64 <= 3e-16 on weights and
+# 3e-13 on gradient norms; float32 <= 2e-7 on weights and 7e-5 on gradient norms of ~10).
+# The bounds leave 10-100x room above what was measured and stay far below any real effect.
+TOLERANCE = {torch.float64: {"rtol": 1e-9, "atol": 1e-11},
+             torch.float32: {"rtol": 1e-4, "atol": 2e-5}}
+
+
+def _task(name: str, dtype: torch.dtype) -> TaskData:
+    options = {"train_size": 256, "test_size": 64} if name == "sorting" else {}
+    data = make_task(name, **options)
+    if data.spec.inputs == "features":  # ids stay integers; features take the model's dtype
+        data = TaskData(data.spec, data.x_train.to(dtype), data.y_train, data.x_test.to(dtype),
+                        data.y_test)
+    return data
+
+
+def _solo(data, variant, member, dtype):
+    model = T.new_model(data.spec, PRESETS[variant], MODEL, member.seed).to(dtype)
+    result = T.train(model, data, member.train, member.seed)
+    return result, model.state_dict()
+
+
+def _ensemble(data, variant, members, dtype, **kwargs):
+    ens = E.Ensemble([T.new_model(data.spec, PRESETS[variant], MODEL, m.seed).to(dtype)
+                      for m in members])
+    return E.train_ensemble(ens, data, members, **kwargs), ens
+
+
+def _assert_member_equals_solo(result, state, solo_result, solo_state, dtype, n_test):
+    tol = TOLERANCE[dtype]
+    assert list(result.history.columns) == list(solo_result.history.columns)
+    assert list(result.history.step) == list(solo_result.history.step)
+    assert list(result.history.lr) == list(solo_result.history.lr)  # same schedule, exactly
+    pd.testing.assert_frame_equal(result.history, solo_result.history, check_exact=False,
+                                  **tol)
+    assert state.keys() == solo_state.keys()
+    for name in state:
+        torch.testing.assert_close(state[name], solo_state[name], **tol, msg=name)
+    assert result.diverged == solo_result.diverged
+    assert result.diverged_step == solo_result.diverged_step
+    if not result.diverged:
+        assert result.test_loss == pytest.approx(solo_result.test_loss, rel=tol["rtol"])
+        # Accuracy counts labels: rounding may flip at most a near-tie or so.
+        assert abs(result.test_accuracy - solo_result.test_accuracy) <= 1.0 / n_test + 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+@pytest.mark.parametrize(("task", "variant"), [("digits", "pre_ln"),
+                                               ("digits", "post_ln_center"),
+                                               ("sorting", "san_skip")])
+def test_each_member_equals_its_single_run(task, variant, dtype):
+    torch.set_num_threads(1)
+    data = _task(task, dtype)
+    results, ens = _ensemble(data, variant, MEMBERS, dtype)
+    labels = data.y_test.numel()
+    for k, member in enumerate(MEMBERS):
+        solo_result, solo_state = _solo(data, variant, member, dtype)
+        _assert_member_equals_solo(results[k], ens.finals[k], solo_result, solo_state, dtype,
+                                   labels)
+    assert not any(r.diverged for r in results)
+
+
+def test_a_diverging_member_leaves_the_others_untouched():
+    torch.set_num_threads(1)
+    dtype = torch.float32
+    data = _task("digits", dtype)
+    members = [MEMBERS[0], E.Member(1, replace(BASE, lr=1e12, warmup=1)), MEMBERS[2]]
+    results, ens = _ensemble(data, "post_ln", members, dtype)
+    assert results[1].diverged and 1 < results[1].diverged_step < BASE.steps
+    assert math.isnan(results[1].test_accuracy)
+    assert len(results[1].history) == results[1].diverged_step
+    last = results[1].history.iloc[-1]
+    assert not (math.isfinite(last.loss) and math.isfinite(last.grad_norm))
+    assert ens.size == 2  # it left the ensemble; its weights were kept from before that step
+    assert all(torch.isfinite(v).all() for v in ens.finals[1].values())
+    for k in (0, 2):  # the others: as if it had never been there
+        solo_result, solo_state = _solo(data, "post_ln", members[k], dtype)
+        _assert_member_equals_solo(results[k], ens.finals[k], solo_result, solo_state, dtype,
+                                   data.y_test.numel())
+    # The diverging one, too, is its single run up to where both diverge.
+    solo_result, _ = _solo(data, "post_ln", members[1], dtype)
+    assert solo_result.diverged_step == results[1].diverged_step
+    before = slice(0, results[1].diverged_step - 1)
+    pd.testing.assert_frame_equal(results[1].history.iloc[before],
+                                  solo_result.history.iloc[before], **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("variant", sorted(PRESETS))
+def test_every_variant_batches_without_a_per_member_fallback(variant):
+    """vmap falls back to a loop over members (with a warning) for an op without a batching
+    rule; forward, backward and the captured pass must all batch."""
+    data = _task("digits", torch.float32)
+    ens = E.Ensemble([T.new_model(data.spec, PRESETS[variant], MODEL, s) for s in range(3)])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*performance drop.*")
+        warnings.filterwarnings("ignore", message=".*gradient layout contract")
+        loss, _ = ens.losses(data.x_train[:24].view(3, 8, *data.x_train.shape[1:]),
+                             data.y_train[:24].view(3, 8))
+        loss.sum().backward()
+        _, trace = ens(data.x_test[:5], shared_input=True, capture=True)
+    assert ens.grad.abs().sum() > 0
+    assert trace.attention[0].shape == (3, 5, MODEL["heads"], 17, 17)
+
+
+def test_members_must_share_steps_batch_and_schedule():
+    with pytest.raises(ValueError, match=r"differs in \['steps'\]"):
+        E.shared_config([E.Member(0, BASE), E.Member(1, replace(BASE, steps=10))])
+    with pytest.raises(KeyError, match="unknown member setting"):
+        E.members_from({"steps": 5}, [{"seed": 0, "momentum": 0.9}])
+    members = E.members_from({"steps": 5, "lr": 1e-3}, [{"seed": 0}, {"seed": 1, "lr": 1e-2}])
+    assert [m.train.lr for m in members] == [1e-3, 1e-2] and members[1].train.steps == 5
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+class _Stop(Exception):
+    pass
+
+
+def _stopping_evaluator(data, at_step_calls: int):
+    """An evaluator that raises on its n-th call: a job killed between two checkpoints."""
+    calls = {"n": 0}
+
+    def evaluate(ens):
+        calls["n"] += 1
+        if calls["n"] == at_step_calls:
+            raise _Stop
+        return E.evaluate_members(ens, data.x_test, data.y_test)
+
+    return evaluate
+
+
+def test_resume_with_a_diverged_member_matches_an_uninterrupted_run(tmp_path):
+    """Stopped after a checkpoint written while one member had already left the ensemble, the
+    resumed run ends exactly where an uninterrupted one does."""
+    torch.set_num_threads(1)
+    data = _task("digits", torch.float32)
+    cfg = replace(BASE, steps=30, checkpoint_every=10, eval_every=5)
+    members = [E.Member(0, cfg), E.Member(5, replace(cfg, lr=1e12, warmup=1)),
+               E.Member(2, replace(cfg, lr=3e-3))]
+    clean, clean_ens = _ensemble(data, "pre_ln", members, torch.float32)
+    checkpoint = tmp_path / "checkpoint.pt"
+    with pytest.raises(_Stop):  # evaluations at 5, 10, 15: stopped at 15, checkpoint at 10
+        _ensemble(data, "pre_ln", members, torch.float32, checkpoint=checkpoint,
+                  fingerprint="f", evaluate=_stopping_evaluator(data, 3))
+    state = load_checked(checkpoint)
+    assert state["step"] == 10 and state["active"] == [0, 2]
+    again, again_ens = _ensemble(data, "pre_ln", members, torch.float32, checkpoint=checkpoint,
+                                 fingerprint="f")
+    for a, b, sa, sb in zip(again, clean, again_ens.finals, clean_ens.finals, strict=True):
+        pd.testing.assert_frame_equal(a.history, b.history, check_exact=True)
+        assert (a.diverged, a.diverged_step) == (b.diverged, b.diverged_step)
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "not_a_checkpoint",
+                                    "other_settings"])
+def test_damaged_or_foreign_checkpoint_is_never_trained_on(tmp_path, caplog, damage):
+    torch.set_num_threads(1)
+    data = _task("digits", torch.float32)
+    cfg = replace(BASE, steps=20, checkpoint_every=10)
+    members = [E.Member(0, cfg), E.Member(1, replace(cfg, lr=1e-3))]
+    clean, _ = _ensemble(data, "pre_ln", members, torch.float32)
+    checkpoint = tmp_path / "checkpoint.pt"
+    with pytest.raises(_Stop):
+        _ensemble(data, "pre_ln", members, torch.float32, checkpoint=checkpoint,
+                  fingerprint="f", evaluate=_stopping_evaluator(data, 2))
+    raw = checkpoint.read_bytes()
+    if damage == "truncated":
+        checkpoint.write_bytes(raw[: len(raw) // 2])
+    elif damage == "garbled":
+        middle = len(raw) // 2
+        checkpoint.write_bytes(raw[:middle] + bytes(b ^ 0xFF for b in raw[middle:middle + 64])
+                               + raw[middle + 64:])
+    elif damage == "not_a_checkpoint":
+        torch.save({"fingerprint": "f", "step": 10}, checkpoint)  # no checksum header
+    with caplog.at_level("WARNING"):
+        again, _ = _ensemble(data, "pre_ln", members, torch.float32, checkpoint=checkpoint,
+                             fingerprint="other" if damage == "other_settings" else "f")
+    expected = "other settings" if damage == "other_settings" else "damaged checkpoint"
+    assert expected in caplog.text
+    for a, b in zip(again, clean, strict=True):
+        pd.testing.assert_frame_equal(a.history, b.history, check_exact=True)
+
+
+TRAIN = {"steps": 120, "batch": 32, "lr": 2e-3, "warmup": 10, "checkpoint_every": 20,
+         "eval_every": 50}
+JOB_MEMBERS = [{"seed": 0}, {"seed": 1, "lr": 1e-3, "warmup": 5}, {"seed": 2}]
+
+
+def _job_command(out: Path) -> list[str]:
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+        "from rankcollapse.ensemble import run_job\n"
+        f"run_job('digits', {{}}, {PRESETS['pre_ln']!r}, {MODEL!r}, {TRAIN!r}, "
+        f"{JOB_MEMBERS!r}, {str(out / 'ensemble.pt')!r}, {str(out / 'history.parquet')!r},"
+        " threads=1)\n"
+    )
+    return [sys.executable, "-c", code]
+
+
+def test_sigkilled_ensemble_job_resumes_and_matches_an_uninterrupted_run(tmp_path):
+    killed, reference = tmp_path / "killed", tmp_path / "reference"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ref = subprocess.Popen(_job_command(reference), stderr=subprocess.PIPE, text=True, env=env)
+    job = subprocess.Popen(_job_command(killed), stderr=subprocess.PIPE, text=True, env=env)
+    checkpoint = killed / "checkpoint.pt"
+    deadline = time.monotonic() + 180
+    while not checkpoint.exists() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    job.send_signal(signal.SIGKILL)
+    job.communicate(timeout=120)
+    assert job.returncode == -signal.SIGKILL, "the job finished before it could be killed"
+    assert checkpoint.exists() and not (killed / "ensemble.pt").exists()
+    step = load_checked(checkpoint)["step"]
+    assert 0 < step < TRAIN["steps"]
+
+    resumed = subprocess.run(_job_command(killed), stderr=subprocess.PIPE, text=True, env=env,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at step {step}" in resumed.stderr and "resumed from" in resumed.stderr
+    _, err = ref.communicate(timeout=300)
+    assert ref.returncode == 0, err[-3000:]
+    assert not checkpoint.exists(), "the checkpoint is dropped once the outputs are written"
+
+    h_killed = pd.read_parquet(killed / "history.parquet")
+    h_ref = pd.read_parquet(reference / "history.parquet")
+    assert len(h_killed) == len(JOB_MEMBERS) * TRAIN["steps"]
+    pd.testing.assert_frame_equal(h_killed, h_ref, check_exact=True)
+    a, b = E.load_members(killed / "ensemble.pt"), E.load_members(reference / "ensemble.pt")
+    for ma, mb in zip(a, b, strict=True):
+        assert ma["final"] == mb["final"] and ma["final"]["test_accuracy"] > 0.3  # chance 0.1
+        assert all(torch.equal(ma["model"][k], mb["model"][k]) for k in ma["model"])
+
+
+# --- the workflow's jobs -------------------------------------------------------------------
+
+def test_ensemble_job_tables_match_single_jobs(tmp_path):
+    """The ensemble's history and per-layer metrics tables hold, per member, what train.run_job
+    and train.measure_job write for that run alone: same columns (plus the member's identity),
+    same config_hash, values to the float32 tolerance."""
+    torch.set_num_threads(1)
+    opts = {"steps": 30, "batch": 32, "lr": 2e-3, "warmup": 5, "checkpoint_every": 0,
+            "eval_every": 10}
+    members = [{"seed": 0}, {"seed": 3, "lr": 1e-3, "weight_decay": 0.1}]
+    extra = {"task": "digits", "variant": "post_ln", "depth": MODEL["depth"]}
+    E.run_job("digits", {}, PRESETS["post_ln"], MODEL, opts, members, tmp_path / "ens.pt",
+              tmp_path / "ens.parquet", threads=1, extra_columns=extra)
+    history = pd.read_parquet(tmp_path / "ens.parquet")
+    metrics = E.measure_job(tmp_path / "ens.pt", eval_size=8, threads=1)
+    tol = TOLERANCE[torch.float32]
+    for member in members:
+        out = tmp_path / f"seed{member['seed']}"
+        T.run_job("digits", {}, PRESETS["post_ln"], MODEL,
+                  {**opts, **{k: v for k, v in member.items() if k != "seed"}}, member["seed"],
+                  out / "model.pt", out / "history.parquet", threads=1, extra_columns=extra)
+        solo_h = pd.read_parquet(out / "history.parquet")
+        solo_m = T.measure_job(out / "model.pt", eval_size=8, threads=1)
+        mine_h = history[history.seed == member["seed"]].reset_index(drop=True)
+        mine_m = metrics[metrics.seed == member["seed"]].reset_index(drop=True)
+        identity = ["peak_lr", "warmup", "weight_decay"]
+        assert [c for c in mine_h.columns if c not in identity] == list(solo_h.columns)
+        assert [c for c in mine_m.columns if c not in identity] == list(solo_m.columns)
+        assert mine_h.peak_lr.eq(member.get("lr", opts["lr"])).all()
+        pd.testing.assert_frame_equal(mine_h.drop(columns=identity), solo_h, check_exact=False,
+                                      **tol)
+        pd.testing.assert_frame_equal(mine_m.drop(columns=identity), solo_m, check_exact=False,
+                                      rtol=1e-3, atol=1e-4)

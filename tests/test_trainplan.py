@@ -1,0 +1,149 @@
+"""Planning the training grid as ensembles: members from sweeps, shared architectures, the
+memory estimate and the split, and what each experiment's tables keep."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rankcollapse import trainplan
+from rankcollapse.config import ConfigError, check_config
+from rankcollapse.ensemble import Ensemble
+from rankcollapse.model import PRESETS, ModelConfig, build_task_model
+from rankcollapse.tasks import TASKS, make_task, task_spec
+from rankcollapse.train import new_model
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+SMALL = {"sorting": {"train_size": 40, "test_size": 8}, "hull": {"train_size": 20,
+                                                                 "test_size": 5}}
+
+
+def _config(**blocks) -> dict:
+    config = copy.deepcopy(DEFAULT)
+    for key, value in blocks.items():
+        config[key] = {**config[key], **value}
+    return config
+
+
+def test_members_are_seeds_times_the_optimiser_sweep():
+    config = _config(train={"lr": [1e-3, 2e-3, 4e-3], "warmup": [10, 40]},
+                     depth_grid={"seeds": [0, 1, 2]})
+    group = trainplan.experiment_groups(config, "E5")[("digits", "post_ln", 8)]
+    assert len(group.members) == 3 * 3 * 2
+    assert {(m["seed"], m["lr"], m["warmup"]) for m in group.members} == {
+        (s, lr, w) for s in (0, 1, 2) for lr in (1e-3, 2e-3, 4e-3) for w in (10, 40)}
+    assert all(m["weight_decay"] == 0.01 for m in group.members)  # a scalar stays one value
+    assert "lr" not in group.train_options and group.train_options["steps"] == 400
+
+
+def test_one_ensemble_per_architecture_holds_every_experiment_s_members():
+    config = _config(escalation={"seeds": [0, 5]}, depth_grid={"seeds": [0, 1]})
+    groups = trainplan.groups(config)
+    shared = groups[("digits", "post_ln", 16)]  # trained by E4 and E5
+    assert [m["seed"] for m in shared.members] == [0, 1, 5]
+    jobs = trainplan.ensembles(config)
+    assert len({j.key for j in jobs}) == len(groups)
+    # Each experiment's tables keep its own members only.
+    e4 = {(m["variant"], m["seed"]) for m in trainplan.experiment_members(config, "E4")
+          if m["depth"] == 16}
+    assert ("post_ln", 5) in e4 and ("post_ln", 1) not in e4
+
+
+def test_e2_runs_take_their_model_and_optimiser_from_paths():
+    group = trainplan.groups(DEFAULT)[("sorting", "san_skip", 4)]
+    assert group.model_options == {"width": 48, "heads": 2, "mlp_ratio": 2, "depth": 4}
+    assert group.train_options["steps"] == 1000
+    assert {m["lr"] for m in group.members} == {0.002}
+
+
+def test_conflicting_settings_for_one_architecture_are_a_config_error():
+    config = _config(rival_fixes={"task": "sorting", "variants": ["san_skip"], "depths": [4]})
+    with pytest.raises(ConfigError, match="other model or training settings"):
+        check_config(config)
+
+
+@given(st.integers(1, 60), st.floats(1.0, 500.0), st.floats(1.0, 5000.0))
+def test_split_is_contiguous_near_equal_and_fits(count, per_member, budget):
+    members = list(range(count))
+    parts = trainplan.split(members, per_member, budget)
+    assert [m for part in parts for m in part] == members  # in order, each once
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    fit = max(1, int(budget // per_member))
+    assert max(sizes) <= fit
+    assert len(parts) == -(-count // fit)  # as few as fit
+
+
+def test_memory_budget_splits_an_architecture_deterministically():
+    config = _config(depth_grid={"seeds": list(range(10))})
+    group = trainplan.groups(config)[("digits", "post_ln", 32)]
+    per = trainplan.member_memory_mb("digits", {}, PRESETS["post_ln"], group.model_options, 64)
+    config["train"]["ensemble_memory_mb"] = int(per * 4) + 1  # 4 members fit, not 5
+    jobs = [j for j in trainplan.ensembles(config) if j.key == ("digits", "post_ln", 32)]
+    assert [len(j.members) for j in jobs] == [3, 4, 3] and [j.part for j in jobs] == [0, 1, 2]
+    assert [m["seed"] for j in jobs for m in j.members] == list(range(10))
+    assert jobs == [j for j in trainplan.ensembles(config) if j.key == jobs[0].key]
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_task_spec_without_data_equals_the_built_task(name):
+    assert task_spec(name, **SMALL.get(name, {})) == make_task(name, **SMALL.get(name, {})).spec
+
+
+@pytest.mark.parametrize("variant", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_parameter_count_from_sizes_equals_the_model(name, variant):
+    options = {"width": 24, "heads": 3, "depth": 3, "mlp_ratio": 3}
+    spec = task_spec(name, **SMALL.get(name, {}))
+    model = build_task_model(PRESETS[variant], asdict(spec), **options)
+    cfg = ModelConfig.from_dict({**PRESETS[variant], **options})
+    assert trainplan.parameter_count(spec, cfg) == sum(p.numel() for p in model.parameters())
+
+
+def _saved_bytes_per_member(variant: str, options: dict, batch: int, k: int = 2) -> float:
+    """What autograd actually keeps for one ensemble step, per member (distinct storages)."""
+    data = make_task("digits")
+    ens = Ensemble([new_model(data.spec, PRESETS[variant], options, s) for s in range(k)])
+    storages: dict[int, int] = {}
+
+    def pack(t):
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x = data.x_train[:k * batch].view(k, batch, *data.x_train.shape[1:])
+    with warnings.catch_warnings(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        ens.losses(x, data.y_train[:k * batch].view(k, batch))
+    params = sum(p.numel() for p in ens.params.values()) // k
+    return sum(storages.values()) / k + trainplan.STATE_COPIES * params * 4
+
+
+@pytest.mark.parametrize(("variant", "options", "batch"), [
+    ("post_ln", {"width": 32, "heads": 2, "mlp_ratio": 2, "depth": 4}, 64),
+    ("pre_ln", {"width": 64, "heads": 4, "mlp_ratio": 4, "depth": 3}, 48),
+    ("san_skip", {"width": 32, "heads": 2, "mlp_ratio": 2, "depth": 6}, 64),
+    ("post_ln_center", {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 4}, 32),
+])
+def test_memory_estimate_bounds_what_a_step_keeps(variant, options, batch):
+    measured = _saved_bytes_per_member(variant, options, batch) / 2**20
+    estimate = trainplan.member_memory_mb("digits", {}, PRESETS[variant], options, batch)
+    assert measured <= estimate <= 1.6 * measured
+
+
+def test_select_members_keeps_the_experiment_s_rows():
+    table = pd.DataFrame({"task": "digits", "variant": "post_ln", "depth": 8, "seed": [0, 1, 2],
+                          "peak_lr": [1e-3, 1e-3, 2e-3], "warmup": 40, "weight_decay": 0.01,
+                          "value": [10, 11, 12]})
+    members = [{"task": "digits", "variant": "post_ln", "depth": 8, "seed": s, "peak_lr": lr,
+                "warmup": 40, "weight_decay": 0.01} for s, lr in [(0, 1e-3), (2, 2e-3)]]
+    kept = trainplan.select_members(table, members)
+    assert list(kept.value) == [10, 12]

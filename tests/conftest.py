@@ -1,10 +1,24 @@
-"""Shared fixtures: a disposable copy of the workflow to run snakemake in."""
+"""Shared fixtures: disposable copies of the workflow to run snakemake in, and the three real
+runs the suite shares:
+
+- `ci_run`: the CI config run locally (every figure and the report, PDF included), read by every
+  test that checks what the workflow builds;
+- `smoke_slurm`: the smoke config (every rule once, tiny) through a real one-node SLURM cluster
+  started on this machine; it starts in a background thread as soon as the tests are collected,
+  so that it overlaps with the unit tests;
+- `smoke_killed`: the smoke config run locally one job at a time, SIGKILLed three times and
+  resumed; compared with `smoke_slurm` (or, without root for SLURM, with `smoke_local`).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,7 +69,8 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float 
 # Fixtures that run the workflow for real (not a dry-run). Every test that uses one, directly or
 # through another fixture, is marked `realrun`, so `make test-fast` (-m "not realrun") leaves it out
 # without a hand-kept list of tests. A new fixture of that kind is added here.
-REAL_RUN_FIXTURES = frozenset({"ci_run", "slurm_run"})
+REAL_RUN_FIXTURES = frozenset({"ci_run", "smoke_slurm", "smoke_killed", "smoke_local",
+                               "smoke_reference"})
 PLAN_ONLY = frozenset({"-n", "--dry-run", "--dryrun", "--lint"})  # snakemake runs no job
 _REAL_RUNS_DESELECTED = False  # set by pytest_configure from the -m expression
 
@@ -70,6 +85,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # fixturenames is the closure: fixtures requested by the fixtures a test requests, too
         if REAL_RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.realrun)
+    # Real runs last, so that the unit tests overlap with the background SLURM run; the tests
+    # of one shared run together, so that each run's copy is made once.
+    order = {"ci_run": 1, "smoke_killed": 2, "smoke_local": 2, "smoke_reference": 3,
+             "smoke_slurm": 3}
+
+    def rank(item: pytest.Item) -> int:
+        names = set(getattr(item, "fixturenames", ()))
+        return min((order[n] for n in names & set(order)), default=0)
+
+    items.sort(key=rank)  # stable: file order kept within a rank
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    wanted = {"smoke_slurm", "smoke_reference"}
+    if os.geteuid() == 0 and any(wanted & set(getattr(item, "fixturenames", ()))
+                                 for item in session.items):
+        BACKGROUND["slurm"] = Background(_slurm_smoke_run, session.config)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for run in BACKGROUND.values():
+        run.close()
 
 
 @pytest.fixture
@@ -87,6 +124,169 @@ def ci_run(tmp_path_factory) -> Path:
     work = copy_project(tmp_path_factory.mktemp("ci-run"))
     run_snakemake(work, "--workflow-profile", "workflow/profiles/ci")
     return work
+
+
+# --- the smoke config and the runs made of it --------------------------------------------------
+
+# ci.yaml, then smoke.yaml's overrides: every rule once, at the smallest sizes that still work.
+SMOKE = ("--workflow-profile", "workflow/profiles/ci", "--configfile", "workflow/config/ci.yaml",
+         "workflow/config/smoke.yaml")
+CLUSTER = ROOT / "tests" / "cluster"
+BACKGROUND: dict[str, Background] = {}
+
+
+class Background:
+    """A real run made in a thread while the other tests go on; `result()` waits for it."""
+
+    def __init__(self, target, config: pytest.Config):
+        self._target, self._config = target, config
+        self._value = self._error = None
+        self._cleanups: list = []
+        self._thread = threading.Thread(target=self._main, daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        try:
+            self._value = self._target(self._config, self._cleanups)
+        except BaseException as err:  # noqa: BLE001 - reported by result()
+            self._error = err
+
+    def result(self, timeout: float = 3600):
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("the background run did not finish")
+        if isinstance(self._error, pytest.skip.Exception):
+            pytest.skip(str(self._error))
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def close(self) -> None:
+        self._thread.join(3600)
+        for cleanup in reversed(self._cleanups):
+            cleanup()
+
+
+def _scratch(config: pytest.Config, name: str) -> Path:
+    base = config._tmp_path_factory.mktemp(name)  # noqa: SLF001 - pytest's own factory
+    return base
+
+
+def _slurm_smoke_run(config: pytest.Config, cleanups: list) -> Path:
+    """Start a one-node SLURM cluster here and run the smoke config through it."""
+    if os.geteuid() != 0:
+        raise pytest.skip.Exception("starting slurmctld/slurmd/munged needs root")
+    state = _scratch(config, "slurm")
+    up = subprocess.run([CLUSTER / "slurm-up.sh", state], capture_output=True, text=True,
+                        timeout=900)
+    cleanups.append(lambda: subprocess.run([CLUSTER / "slurm-down.sh", state], check=False,
+                                           timeout=120))
+    if up.returncode != 0:
+        raise AssertionError(f"could not start the test cluster:\n{up.stdout}\n{up.stderr}")
+    work = copy_project(_scratch(config, "smoke-slurm"))
+    env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}  # for sbatch and squeue
+    proc = subprocess.run(
+        [*SNAKEMAKE, "--workflow-profile", "workflow/profiles/slurm",
+         "--configfile", "workflow/config/ci.yaml", "workflow/config/smoke.yaml",
+         # The test cluster has no accounting database: poll squeue, submit without account.
+         "--slurm-status-command", "squeue", "--slurm-no-account",
+         "--slurm-init-seconds-before-status-checks", "1",
+         "--seconds-between-status-checks", "1",  # a test cluster answers at once
+         "--jobs", "8",
+         # A bundle of N tiny jobs asks for N CPUs; the test node declares 4 per core.
+         "--group-components", "init=2", "particles=2", "metrics=2",
+         # The local runs use 1 thread per job; the same thread count gives the same floats.
+         "--set-threads", "train=1"],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        timeout=1800)
+    if proc.returncode != 0:
+        raise AssertionError(f"the smoke run through SLURM failed:\n{proc.stdout[-6000:]}")
+    return work
+
+
+@pytest.fixture(scope="session")
+def smoke_slurm() -> Path:
+    """The smoke config run through a real SLURM cluster (started at collection, see above)."""
+    if "slurm" not in BACKGROUND:
+        pytest.skip("no test asked for the SLURM run at collection time")
+    return BACKGROUND["slurm"].result()
+
+
+def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float = 600) -> bool:
+    """Start the workflow; SIGKILL its whole process tree once marker_dir has a file.
+
+    Returns False if the run finished before the marker appeared.
+    """
+    proc = subprocess.Popen([*SNAKEMAKE, *args], cwd=work, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            marker = work / marker_dir
+            if marker.exists() and any(p.is_file() for p in marker.rglob("*")):
+                time.sleep(0.5)  # let the job get going
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return True
+            if proc.poll() is not None:
+                return False
+            time.sleep(0.05)
+        raise TimeoutError(f"{marker_dir} never appeared")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+KILL_POINTS = ("results/logs/init", "results/logs/train", "results/logs/notebooks")
+
+
+@pytest.fixture(scope="session")
+def smoke_killed(tmp_path_factory) -> tuple[Path, list[str]]:
+    """The smoke config run locally one job at a time (--cores 1), SIGKILLed (whole process
+    tree) during the init sweep, the training and the notebooks, each time unlocked and run
+    again as a user would, then run to the end. Returns the folder and the stages killed."""
+    work = copy_project(tmp_path_factory.mktemp("smoke-killed"))
+    args = (*SMOKE, "--cores", "1")
+    killed = []
+    for stage in KILL_POINTS:
+        if run_until(work, stage, args):
+            killed.append(stage)
+        # What a user does after a crash: release the stale lock, run the same command again.
+        run_snakemake(work, "--unlock", *args)
+    run_snakemake(work, *args)
+    return work, killed
+
+
+@pytest.fixture(scope="session")
+def smoke_local(tmp_path_factory) -> Path:
+    """The smoke config run locally without interruption (the reference where SLURM is not
+    available)."""
+    work = copy_project(tmp_path_factory.mktemp("smoke-local"))
+    run_snakemake(work, *SMOKE)
+    return work
+
+
+@pytest.fixture(scope="session")
+def smoke_reference(request) -> Path:
+    """An uninterrupted run of the smoke config: the SLURM one where this machine can start a
+    cluster (root), else a local one."""
+    if "slurm" in BACKGROUND and os.geteuid() == 0:
+        return request.getfixturevalue("smoke_slurm")
+    return request.getfixturevalue("smoke_local")
+
+
+def assert_same_results(a: Path, b: Path) -> None:
+    """Two runs of one config give identical tables (exactly) and claim measurements."""
+    import pandas as pd
+
+    ta = {p.name: pd.read_parquet(p) for p in sorted((a / "results/tables").glob("*.parquet"))}
+    tb = {p.name: pd.read_parquet(p) for p in sorted((b / "results/tables").glob("*.parquet"))}
+    assert ta.keys() == tb.keys() and ta
+    for name in ta:
+        pd.testing.assert_frame_equal(ta[name], tb[name], check_exact=True, obj=name)
+    ca, cb = claims_in(a), claims_in(b)
+    assert ca and [(c["id"], c["values"]) for c in ca] == [(c["id"], c["values"]) for c in cb]
 
 
 def claims_in(run: Path) -> list[dict]:

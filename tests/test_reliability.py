@@ -1,10 +1,6 @@
 """Faults a long sweep meets: killed runs, damaged files, hostile wildcards, reruns."""
 
 import json
-import os
-import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,67 +10,20 @@ from rankcollapse import io, notebooks
 from rankcollapse.model import PRESETS
 from rankcollapse.sweep import init_sweep
 
-from conftest import SNAKEMAKE, claims_in, copy_project, run_snakemake
-
-CI_PROFILE = ("--workflow-profile", "workflow/profiles/ci")
-
-
-def tables_of(work: Path) -> dict[str, pd.DataFrame]:
-    return {p.name: pd.read_parquet(p) for p in sorted((work / "results/tables").glob("*.parquet"))}
-
-
-def claims_of(work: Path) -> list:
-    return [(c["id"], c["values"]) for c in claims_in(work)]
-
-
-def assert_same_results(a: Path, b: Path) -> None:
-    ta, tb = tables_of(a), tables_of(b)
-    assert ta.keys() == tb.keys() and ta
-    for name in ta:
-        pd.testing.assert_frame_equal(ta[name], tb[name], check_exact=True, obj=name)
-    assert claims_of(a) == claims_of(b)
-
-
-def run_until(work: Path, marker_dir: str, timeout: float = 600) -> bool:
-    """Start the CI workflow; SIGKILL its whole process tree once marker_dir has a file.
-
-    Returns False if the run finished before the marker appeared.
-    """
-    proc = subprocess.Popen([*SNAKEMAKE, *CI_PROFILE], cwd=work, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            marker = work / marker_dir
-            if marker.exists() and any(p.is_file() for p in marker.rglob("*")):
-                time.sleep(0.5)  # let the job get going
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return True
-            if proc.poll() is not None:
-                return False
-            time.sleep(0.05)
-        raise TimeoutError(f"{marker_dir} never appeared")
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+from conftest import SMOKE, assert_same_results, run_snakemake
 
 
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_killed_three_times_then_rerun_gives_the_uninterrupted_results(tmp_path, ci_run):
-    work = copy_project(tmp_path / "project")
-    killed = []
-    for stage in ("results/logs/init", "results/logs/train", "results/logs/notebooks"):
-        if run_until(work, stage):
-            killed.append(stage)
-        # What a user does after a crash: release the stale lock, run the same command again.
-        run_snakemake(work, "--unlock", *CI_PROFILE)
+def test_killed_three_times_then_rerun_gives_the_uninterrupted_results(smoke_killed,
+                                                                        smoke_reference):
+    """Killed during the init sweep, the training and the notebooks (whole process tree,
+    SIGKILL), unlocked and rerun each time: the same tables and claims as an uninterrupted run
+    (through SLURM where this machine can start a cluster)."""
+    work, killed = smoke_killed
     assert killed, "the workflow finished before any kill point"
-    run_snakemake(work, *CI_PROFILE)
-    assert "Nothing to be done" in run_snakemake(work, "-n", *CI_PROFILE).stdout
-    assert_same_results(work, ci_run)
+    assert "Nothing to be done" in run_snakemake(work, "-n", *SMOKE, "--cores", "1").stdout
+    assert_same_results(work, smoke_reference)
 
 
 @pytest.mark.workflow
@@ -130,11 +79,15 @@ def test_notebook_parameters_must_be_plain_json(tmp_path):
 
 @pytest.mark.workflow
 @pytest.mark.slow
-def test_two_training_jobs_at_once_give_the_numbers_of_one_at_a_time(tmp_path, ci_run):
-    """ci_run trains with --cores 2 (two jobs at once); here the same jobs run one by one."""
-    work = copy_project(tmp_path / "project")
-    targets = ["results/tables/E5_metrics.parquet", "results/tables/E5_history.parquet"]
-    run_snakemake(work, *CI_PROFILE, "--cores", "1", *targets)
-    for target in targets:
-        pd.testing.assert_frame_equal(pd.read_parquet(work / target),
-                                      pd.read_parquet(ci_run / target), check_exact=True)
+def test_jobs_run_one_at_a_time_give_the_numbers_of_jobs_run_together(smoke_killed,
+                                                                       smoke_reference):
+    """smoke_killed runs one job at a time (--cores 1); the reference runs several at once
+    (SLURM submits up to 8, or --cores 2 locally): the training tables must agree exactly."""
+    work, _ = smoke_killed
+    names = sorted(p.name for p in (work / "results/tables").glob("E*_*.parquet")
+                   if p.name.split("_")[0] in {"E2", "E4", "E5", "E5b"})
+    assert names, "no training tables in the smoke run"
+    for name in names:
+        pd.testing.assert_frame_equal(pd.read_parquet(work / "results/tables" / name),
+                                      pd.read_parquet(smoke_reference / "results/tables" / name),
+                                      check_exact=True, obj=name)

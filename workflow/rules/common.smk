@@ -30,9 +30,8 @@ wildcard_constraints:
     width="[0-9]+",
 
 
-PARTICLE_TABLES = (
-    homogenized.TABLES
-)  # E6: collected table -> the studies it concatenates
+# E6: collected table -> the studies it concatenates
+PARTICLE_TABLES = homogenized.TABLES
 
 # Each experiment: its notebook and the collected tables it reads. Adding an experiment means
 # adding its notebook, the rules that produce its tables and one entry here.
@@ -133,7 +132,9 @@ def init_sweep_tables(wildcards=None):
 
 def realarch_tables(wildcards=None):
     """E1b's per-job tables, one per model (all seeds in one job)."""
-    return expand("results/realarch/{model}.parquet", model=config["realarch"]["models"])
+    return expand(
+        "results/realarch/{model}.parquet", model=config["realarch"]["models"]
+    )
 
 
 def init_sweep_params(wildcards):
@@ -334,7 +335,8 @@ def benchmark_files(wildcards=None):
     collect = ["results/benchmarks/collect/E1_init.tsv"]
     if "E1b" in report_experiments():
         collect += expand(
-            "results/benchmarks/realarch/{model}.tsv", model=config["realarch"]["models"]
+            "results/benchmarks/realarch/{model}.tsv",
+            model=config["realarch"]["models"],
         )
         collect.append("results/benchmarks/collect/E1b_realarch.tsv")
     return init + collect + particles + sorted(training) + notebooks

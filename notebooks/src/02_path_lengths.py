@@ -66,7 +66,7 @@ def per_length(t, count):
     return s.groupby("k").accuracy.agg(["mean", "min", "max"]).reset_index()
 
 
-fig, axes = plt.subplots(1, len(tasks), figsize=(4.3 * len(tasks), 3.7),
+fig, axes = plt.subplots(1, len(tasks), figsize=(4.3 * len(tasks), 4.6),
                          constrained_layout=True, squeeze=False)
 for ax, task in zip(axes[0], tasks):
     t = original[original.task == task]
@@ -91,7 +91,8 @@ for ax, task in zip(axes[0], tasks):
     ax.set_xlabel("path length k")
     ax.set_ylabel("token accuracy")
     ax.set_ylim(0, 1.02)
-    ax.legend(fontsize=6.5, frameon=False, loc="lower left")
+    ax.legend(fontsize=6.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+              ncol=2)
 fig.suptitle("Sampled paths of Dong et al.'s post-LN network (original protocol)", fontsize=10)
 fig_original = plotting.save(fig, figures_dir, "accuracy_vs_path_length")
 
@@ -104,7 +105,7 @@ fig_original = plotting.save(fig, figures_dir, "accuracy_vs_path_length")
 
 # %%
 if len(ln_free):
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.3 * len(tasks), 3.6),
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.3 * len(tasks), 4.4),
                              constrained_layout=True, squeeze=False)
     for ax, task in zip(axes[0], tasks):
         t = ln_free[ln_free.task == task]
@@ -125,7 +126,8 @@ if len(ln_free):
         ax.set_xlabel("path length k")
         ax.set_ylabel("token accuracy")
         ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=6.5, frameon=False, loc="lower right")
+        ax.legend(fontsize=6.5, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16),
+                  ncol=2)
     fig_exact = plotting.save(fig, figures_dir, "exact_path_sums")
 else:
     fig_exact = None
@@ -138,7 +140,7 @@ else:
 # %%
 def fmt(values):
     values = np.asarray(values, float)
-    return f"{np.nanmean(values):.3f} ± {np.nanstd(values):.3f}" if len(values) else "—"
+    return f"{np.nanmean(values):.2f} ± {np.nanstd(values):.2f}" if len(values) else "—"
 
 
 rows = []
@@ -150,7 +152,7 @@ for task in tasks:
         "task": TASK_LABELS.get(task, task), "networks": len(o),
         "full (ours)": fmt(o.full), "full (paper)": f"{paper_full:.2f}",
         "baseline (ours: majority)": fmt(o.majority),
-        f"baseline (paper: {BASELINE_LABELS[task]})": f"{paper_base:.2f}",
+        "baseline (paper)": f"{paper_base:.2f} ({BASELINE_LABELS[task].split()[0]})",
         "sampled, best k ≤ 1": fmt(o.sampled_best_up_to_1),
         "sampled, best k ≤ 2": fmt(o.sampled_best_up_to_2),
         "sampled, k = L": fmt(o.sampled_longest),

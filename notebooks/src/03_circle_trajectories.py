@@ -84,12 +84,15 @@ for row, setup in enumerate(setups):
             ts = t[t.seed == seed]
             for token, color in zip((0, 1), COLORS):
                 tt = ts[ts.token == token].sort_values("step")
+                far = ~(np.hypot(tt.x, tt.y) < 2.0)  # off the panel or diverged: not drawn
+                tt = tt.assign(x=tt.x.mask(far), y=tt.y.mask(far))
                 main = seed == first_seed
                 ax.plot(tt.x, tt.y, "-", lw=1.0 if main else 0.5, alpha=1.0 if main else 0.25,
                         color=color)
                 if main:
                     ax.plot(tt.x.iloc[0], tt.y.iloc[0], "o", color=color, ms=4)
-                    ax.plot(tt.x.iloc[-1], tt.y.iloc[-1], "x", color="black", ms=6)
+                    if not far.iloc[-1]:
+                        ax.plot(tt.x.iloc[-1], tt.y.iloc[-1], "x", color="black", ms=6)
         lay = layers[(layers.setup == setup) & (layers.width == width)]
         ax.set_xlim(-0.56, 0.56)
         ax.set_ylim(-0.56, 0.56)
@@ -101,55 +104,51 @@ fig.suptitle(f"Roll-outs of {T} steps (grey: the two training arcs)", fontsize=9
 fig_traj = plotting.save(fig, figures_dir, "trajectories")
 
 # %% [markdown]
-# ## Distance of the two tokens, and time to collapse
-# (a) The pair's distance against roll-out step, median over the trained layers' roll-outs
-# (band 10–90 %), per setup; one panel per width; dotted: the collapse threshold. (b) Each
-# trained layer's time to collapse per setup and width (dots); at the top, "none": no
-# collapse within the roll-out.
+# ## Time to collapse
+# (a) Share of roll-outs (trained layers × start pairs) that have collapsed by roll-out step t,
+# per setup; one panel per width. (b) Each trained layer's time to collapse (the upper median
+# over its start pairs), per setup, filled for the narrowest width and open for the widest; at
+# the top, "none": no collapse within the roll-out.
 
 # %%
-pairs = table[table.token == 0]
 fig, axes = plt.subplots(1, len(widths) + 1, figsize=(4.0 * (len(widths) + 1), 3.6),
                          constrained_layout=True, squeeze=False)
+steps = np.arange(T + 1)
 for ax, width in zip(axes[0], widths):
     for i, setup in enumerate(setups):
-        t = pairs[(pairs.setup == setup) & (pairs.width == width)]
-        q = t.groupby("step").pair_distance.quantile([0.1, 0.5, 0.9]).unstack()
-        color = plotting.PALETTE[i % len(plotting.PALETTE)]
-        ls = "-" if "skip" in setup else "--"
-        ax.plot(q.index, q[0.5].clip(1e-6, None), ls, color=color, label=LABELS[setup])
-        ax.fill_between(q.index, q[0.1].clip(1e-6, None), q[0.9].clip(1e-6, 1e3), color=color,
-                        alpha=0.12, lw=0)
-    ax.axhline(threshold, color="grey", ls=":", lw=1)
-    ax.set_yscale("log")
-    ax.set_ylim(1e-6, 1e3)
+        r = rollouts[(rollouts.setup == setup) & (rollouts.width == width)]
+        times = r.collapse_step.to_numpy(float)
+        share = [(times <= t).mean() for t in steps]  # NaN (never) compares False
+        ax.step(steps, share, where="post", color=plotting.PALETTE[i % len(plotting.PALETTE)],
+                ls="-" if "skip" in setup else "--", label=LABELS[setup])
     ax.set_title(f"(a) width d = {width}")
     ax.set_xlabel("roll-out step t")
-    ax.set_ylabel("distance of the two tokens")
-axes[0][0].legend(fontsize=6.5, frameon=False, loc="lower left")
+    ax.set_ylabel("share of roll-outs collapsed")
+    ax.set_ylim(-0.02, 1.02)
+axes[0][0].legend(fontsize=6.5, frameon=False, loc="center right")
 ax = axes[0][-1]
-labels = []
 for i, setup in enumerate(setups):
     for j, width in enumerate(widths):
-        x = i * (len(widths) + 1) + j
         lay = layers[(layers.setup == setup) & (layers.width == width)]
         y = np.where(lay.collapsed, lay.time_to_collapse, T * 1.08)
-        jitter = np.linspace(-0.25, 0.25, len(lay)) if len(lay) > 1 else [0.0]
-        ax.plot(x + jitter, y, "o", ms=3.5, color=plotting.PALETTE[i % len(plotting.PALETTE)],
-                mfc="white" if j else None)
-        labels.append((x, f"{setup}\nd={width}"))
+        x = i + (j - (len(widths) - 1) / 2) * 0.3 + np.linspace(-0.08, 0.08, len(lay))
+        color = plotting.PALETTE[i % len(plotting.PALETTE)]
+        ax.plot(x, y, "o", ms=4, color=color, mfc=color if j == 0 else "white",
+                label=f"d = {width}" if i == 0 else None)
 ax.axhline(T, color="grey", lw=0.8, ls=":")
-ax.set_xticks([x for x, _ in labels], [name for _, name in labels], fontsize=5.5, rotation=90)
+ax.set_xticks(range(len(setups)), setups, fontsize=7, rotation=30)
 ax.set_yticks([0, 100, 200, 300, T * 1.08], ["0", "100", "200", "300", "none"])
 ax.set_ylim(-10, T * 1.15)
 ax.set_ylabel("time to collapse (steps)")
-ax.set_title("(b) per trained layer")
+ax.set_title("(b) per trained layer (filled: d = %d, open: d = %d)" % (widths[0], widths[-1])
+             if len(widths) > 1 else "(b) per trained layer", fontsize=8)
 fig_time = plotting.save(fig, figures_dir, "collapse_times")
 
 # %% [markdown]
 # ## Numbers per setup and width
 
 # %%
+pairs = table[table.token == 0]
 last = pairs[pairs.step == T]
 rows = []
 for setup in setups:
@@ -213,9 +212,10 @@ io.write_json(section(
          "start, x end) and, faint, the other layers'; grey: the two training arcs. Original "
          "protocol unless marked ours (attention only)."},
         {"name": "collapse_times", **fig_time, "caption":
-         "(a) Distance of the two tokens against roll-out step (median over layers and start "
-         "pairs, band 10–90 %; dotted: the collapse threshold). (b) Each trained layer's time "
-         "to collapse; \"none\": no collapse within the roll-out."},
+         "(a) Share of roll-outs (trained layers × start pairs) collapsed by roll-out step t, "
+         "per setup and width. (b) Each trained layer's time to collapse (upper median over "
+         "its start pairs), filled for the narrowest width, open for the widest; \"none\": no "
+         "collapse within the roll-out."},
     ],
     tables=[{"caption": "Per setup and width: trained layers that collapse, their time to "
              "collapse, the share of roll-outs whose tokens merge or whose trajectory stalls, "

@@ -310,21 +310,23 @@ def measure_job(model_path, eval_size: int, samples, repeats: int,
 
 
 def measure_saved(saved: dict, eval_size: int, samples, repeats: int,
-                  threads: int = 1) -> pd.DataFrame:
+                  threads: int = 1, data=None) -> pd.DataFrame:
     """Path accuracies of one trained network already loaded (a dict with its weights,
     settings and final result: train.run_job's model.pt, or one member of
     ensemble.load_members) on its first `eval_size` test examples: the full network ("full"),
     the sampled-path protocol for each count in `samples`, and for an LN-free, bias-free
     network the exact sums ("exact_up_to", "exact_exactly"). Columns protocol, samples (0 but
     for "sampled"), k, accuracy, std, paths (how many paths of that length exist), network
-    ("post_ln" or "ln_free"), bias, the run's identity and its baselines."""
+    ("post_ln" or "ln_free"), bias, the run's identity and its baselines. `data`: the task's
+    TaskData when the caller has built it already (the members of one ensemble share it)."""
     from . import io, runtime
     from .tasks import make_task
     from .train import new_model
 
     settings = saved["settings"]
     runtime.setup(threads, settings["seed"])
-    data = make_task(settings["task"], **settings["task_options"])
+    if data is None:
+        data = make_task(settings["task"], **settings["task_options"])
     model = new_model(data.spec, settings["variant"], settings["model_options"],
                       settings["seed"])
     model.load_state_dict(saved["model"])

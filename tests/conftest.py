@@ -1,13 +1,16 @@
-"""Shared fixtures: disposable copies of the workflow to run snakemake in, and the three real
-runs the suite shares:
+"""Shared fixtures: disposable copies of the workflow to run snakemake in, and the real runs the
+suite shares:
 
 - `ci_run`: the CI config run locally (every figure and the report, PDF included), read by every
   test that checks what the workflow builds;
 - `smoke_slurm`: the smoke config (every rule once, tiny) through a real one-node SLURM cluster
-  started on this machine; it starts in a background thread as soon as the tests are collected,
-  so that it overlaps with the unit tests;
+  started on this machine;
 - `smoke_killed`: the smoke config run locally one job at a time, SIGKILLed three times and
   resumed; compared with `smoke_slurm` (or, without root for SLURM, with `smoke_local`).
+
+Each real run that a selected test needs starts in a background thread as soon as the tests are
+collected (`pytest_collection_finish`), so that the runs and the unit tests overlap on the
+machine's cores; a fixture waits for its run's result.
 """
 
 from __future__ import annotations
@@ -98,10 +101,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    wanted = {"smoke_slurm", "smoke_reference"}
-    if os.geteuid() == 0 and any(wanted & set(getattr(item, "fixturenames", ()))
-                                 for item in session.items):
+    """Start, in background threads, every real run that a selected test needs."""
+    needed = set().union(*(set(getattr(item, "fixturenames", ())) for item in session.items))
+    slurm = os.geteuid() == 0  # starting the daemons of a test cluster needs root
+    if needed & {"smoke_slurm", "smoke_reference"} and slurm:
         BACKGROUND["slurm"] = Background(_slurm_smoke_run, session.config)
+    if "ci_run" in needed:
+        BACKGROUND["ci_run"] = Background(_ci_run, session.config)
+    if "smoke_killed" in needed:
+        BACKGROUND["smoke_killed"] = Background(_smoke_killed_run, session.config)
+    if "smoke_local" in needed or ("smoke_reference" in needed and not slurm):
+        BACKGROUND["smoke_local"] = Background(_smoke_local_run, session.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -115,15 +125,20 @@ def project(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")
 
 
+def _ci_run(config: pytest.Config, cleanups: list) -> Path:
+    work = copy_project(_scratch(config, "ci-run"))
+    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci", timeout=1800)
+    return work
+
+
 @pytest.fixture(scope="session")
-def ci_run(tmp_path_factory) -> Path:
-    """One real local run of the CI config in a fresh copy, shared by every test that reads it.
+def ci_run() -> Path:
+    """One real local run of the CI config in a fresh copy, shared by every test that reads it
+    (started at collection, see above).
 
     Tests that modify files in it restore them before they finish.
     """
-    work = copy_project(tmp_path_factory.mktemp("ci-run"))
-    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci")
-    return work
+    return _background("ci_run")
 
 
 # --- the smoke config and the runs made of it --------------------------------------------------
@@ -167,9 +182,12 @@ class Background:
             cleanup()
 
 
+_SCRATCH_LOCK = threading.Lock()  # the background runs make their folders at the same time
+
+
 def _scratch(config: pytest.Config, name: str) -> Path:
-    base = config._tmp_path_factory.mktemp(name)  # noqa: SLF001 - pytest's own factory
-    return base
+    with _SCRATCH_LOCK:
+        return config._tmp_path_factory.mktemp(name)  # noqa: SLF001 - pytest's own factory
 
 
 def _slurm_smoke_run(config: pytest.Config, cleanups: list) -> Path:
@@ -204,12 +222,18 @@ def _slurm_smoke_run(config: pytest.Config, cleanups: list) -> Path:
     return work
 
 
+def _background(name: str):
+    if name not in BACKGROUND:
+        pytest.skip(f"the {name} run was not started at collection time")
+    return BACKGROUND[name].result()
+
+
 @pytest.fixture(scope="session")
 def smoke_slurm() -> Path:
     """The smoke config run through a real SLURM cluster (started at collection, see above)."""
-    if "slurm" not in BACKGROUND:
-        pytest.skip("no test asked for the SLURM run at collection time")
-    return BACKGROUND["slurm"].result()
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmctld/slurmd/munged needs root")
+    return _background("slurm")
 
 
 def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float = 600) -> bool:
@@ -241,12 +265,8 @@ def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float
 KILL_POINTS = ("results/logs/init", "results/logs/train", "results/logs/notebooks")
 
 
-@pytest.fixture(scope="session")
-def smoke_killed(tmp_path_factory) -> tuple[Path, list[str]]:
-    """The smoke config run locally one job at a time (--cores 1), SIGKILLed (whole process
-    tree) during the init sweep, the training and the notebooks, each time unlocked and run
-    again as a user would, then run to the end. Returns the folder and the stages killed."""
-    work = copy_project(tmp_path_factory.mktemp("smoke-killed"))
+def _smoke_killed_run(config: pytest.Config, cleanups: list) -> tuple[Path, list[str]]:
+    work = copy_project(_scratch(config, "smoke-killed"))
     args = (*SMOKE, "--cores", "1")
     killed = []
     for stage in KILL_POINTS:
@@ -259,19 +279,32 @@ def smoke_killed(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 @pytest.fixture(scope="session")
-def smoke_local(tmp_path_factory) -> Path:
-    """The smoke config run locally without interruption (the reference where SLURM is not
-    available)."""
-    work = copy_project(tmp_path_factory.mktemp("smoke-local"))
+def smoke_killed() -> tuple[Path, list[str]]:
+    """The smoke config run locally one job at a time (--cores 1), SIGKILLed (whole process
+    tree) during the init sweep, the training and the notebooks, each time unlocked and run
+    again as a user would, then run to the end (started at collection, see above). Returns the
+    folder and the stages killed."""
+    return _background("smoke_killed")
+
+
+def _smoke_local_run(config: pytest.Config, cleanups: list) -> Path:
+    work = copy_project(_scratch(config, "smoke-local"))
     run_snakemake(work, *SMOKE)
     return work
+
+
+@pytest.fixture(scope="session")
+def smoke_local() -> Path:
+    """The smoke config run locally without interruption (the reference where SLURM is not
+    available; started at collection, see above)."""
+    return _background("smoke_local")
 
 
 @pytest.fixture(scope="session")
 def smoke_reference(request) -> Path:
     """An uninterrupted run of the smoke config: the SLURM one where this machine can start a
     cluster (root), else a local one."""
-    if "slurm" in BACKGROUND and os.geteuid() == 0:
+    if os.geteuid() == 0:
         return request.getfixturevalue("smoke_slurm")
     return request.getfixturevalue("smoke_local")
 

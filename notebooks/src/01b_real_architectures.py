@@ -14,8 +14,8 @@
 # (no attention skip — its LayerNorm kept — and no feed-forward block), **SAN + MLP**,
 # **SAN + skip** and the unmodified **transformer**. Every layer's output (layer 0 is the input
 # to the first layer) is measured with the relative residual in the composite ℓ1,∞ norm with
-# token-mean centring, what the paper plots. Inputs: 32 sequences of 128 random token ids per
-# seed, and — as a second input, first seed only — text that ships with scikit-learn (its data
+# token-mean centring, what the paper plots. Inputs: `batch` sequences of `tokens` random token
+# ids per seed (the paper: 32 × 128 through one network), and — as a second input, first seed only — text that ships with scikit-learn (its data
 # sets' descriptions), split into words and punctuation.
 #
 # **Only the random-init half of the figure is reproduced**: pretrained weights cannot be fetched
@@ -196,7 +196,8 @@ io.write_json(section(
     figures=[{"name": "real_architectures", **fig_curves, "caption":
               "Relative residual (composite ℓ1,∞ norm, token-mean centring) of every layer of "
               "BERT-base, ALBERT-base and XLNet-base at random initialisation, for the four "
-              "path ablations: mean ± std over 32 random-token sequences and all seeds (solid), "
+              f"path ablations: mean ± std over {shape['batch']} random-token sequences per "
+              f"seed and all {len(seeds)} seeds (solid), "
               "the packaged text (dashed, first seed) and, for ALBERT, SAN + skip ablated as in "
               "the original code (dotted). Log scale; compare the paper's Fig. 2, init half."}],
     tables=[{"caption": "Our residuals (mean ± std over sequences and seeds) next to the "

@@ -239,8 +239,8 @@ def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
     headlines = [short[r["id"]] for r in rows if r["id"] in short]
     papers = [r for r in rows if r["kind"] == "paper"]
     by_paper: dict[str, list[dict]] = defaultdict(list)
-    for r in papers:
-        by_paper[r["paper"]].append(r)
+    for r in papers:  # by the paper's name: a key ("D21") and its full name are one paper
+        by_paper[paper_name(r["paper"])].append(r)
     checks = [r for r in rows if r["kind"] == "check"]
     ours = [r for r in rows if r["kind"] == "ours"]
     return [
@@ -251,7 +251,7 @@ def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
         "test every claim as a measurement against a range registered before the run.",
         " ".join(headlines),
         f"Of the {len(papers)} claims the papers make that we test: "
-        + "; ".join(f"{paper_name(p)}: {tally(r)}" for p, r in by_paper.items())
+        + "; ".join(f"{p}: {tally(r)}" for p, r in by_paper.items())
         + f". Consistency checks of our code: {tally(checks)} (of {len(checks)}). Beyond the "
         f"papers (our extensions and rival methods): {tally(ours)} (of {len(ours)}).",
     ]

@@ -59,8 +59,8 @@ print(f"{len(table)} rows: setups {setups}, widths {widths}, {table.seed.nunique
 
 # %% [markdown]
 # ## Trajectories
-# One panel per setup (rows) and width (columns), as in the paper's figure: the two training
-# arcs in light grey, the roll-out of each token of the first trained layer from the original
+# One panel per setup and width, as in the paper's figure (each row: a setup without and with
+# skip, each at every width): the two training arcs in light grey, the roll-out of each token of the first trained layer from the original
 # start pair (red and blue; o start, x end) and, faint, those of the other trained layers. The
 # panel's title counts the trained layers that collapse. Axes as the paper's (±0.56); a
 # trajectory that leaves them is clipped.
@@ -68,15 +68,19 @@ print(f"{len(table)} rows: setups {setups}, widths {widths}, {table.seed.nunique
 # %%
 data = circle_task(points=int(table.data_points.iloc[0]), radius=radius)
 arcs = data.x_train.numpy()  # (pairs, 2 tokens, 2)
-fig, axes = plt.subplots(len(setups), len(widths), figsize=(2.5 * len(widths) + 0.4,
-                                                            2.45 * len(setups)),
+per_row = 2 if len(setups) > 2 else 1  # two setups side by side: without and with skip
+n_rows = -(-len(setups) // per_row)
+fig, axes = plt.subplots(n_rows, per_row * len(widths),
+                         figsize=(2.4 * per_row * len(widths) + 0.3, 2.45 * n_rows),
                          constrained_layout=True, squeeze=False)
 first_seed = int(table.seed.min())
 start0 = table[table.start == 0]
 COLORS = ("#D55E00", "#0072B2")
-for row, setup in enumerate(setups):
-    for col, width in enumerate(widths):
-        ax = axes[row][col]
+for ax in axes.flat[len(setups) * len(widths):]:
+    ax.set_visible(False)
+for i, setup in enumerate(setups):
+    for j, width in enumerate(widths):
+        ax = axes[i // per_row][(i % per_row) * len(widths) + j]
         for token in (0, 1):
             ax.plot(arcs[:, token, 0], arcs[:, token, 1], color="#DDDDDD", lw=4, zorder=0)
         t = start0[(start0.setup == setup) & (start0.width == width)]
@@ -207,8 +211,8 @@ io.write_json(section(
     experiment, "Circular trajectories", "Dong, Cordonnier & Loukas (ICML 2021)", description,
     figures=[
         {"name": "trajectories", **fig_traj, "caption":
-         "Roll-outs of the trained one-layer recurrence per setup (rows) and width (columns), "
-         "from the original start pair: the first trained layer's two tokens (red, blue; o "
+         "Roll-outs of the trained one-layer recurrence, one panel per setup and width (each "
+         "row: a setup without and with skip), from the original start pair: the first trained layer's two tokens (red, blue; o "
          "start, x end) and, faint, the other layers'; grey: the two training arcs. Original "
          "protocol unless marked ours (attention only)."},
         {"name": "collapse_times", **fig_time, "caption":

@@ -184,8 +184,10 @@ def sizes(task):
             f"{int(o.heads.iloc[0])} heads)") if len(o) else TASK_LABELS.get(task, task)
 
 
+networks = [name for name, rows in (("Dong et al.'s post-LN network with biases", original),
+                                    ("our LN-free network", ln_free)) if len(rows)]
 description = (
-    f"Dong et al.'s post-LN network with biases and our LN-free network, depth "
+    f"{' and '.join(networks)}, depth "
     f"{', '.join(map(str, depths))}, {table.seed.nunique()} independently trained networks "
     f"each, on {', '.join(sizes(t) for t in tasks)}. Sampled-path protocol: "
     f"{' and '.join(map(str, counts))} paths summed per evaluation, {paths_cfg['repeats']} "

@@ -18,7 +18,10 @@
 # and classified, 5 repeats. **Extension (ours)**: the same tasks on an LN-free, bias-free
 # network with skips, where the output is exactly the sum of its paths once the attention
 # matrices of the full forward pass are fixed; we count every path of each length by a dynamic
-# programme (caveat: attention is not recomputed per path).
+# programme (caveat: attention is not recomputed per path). Unlike the original code: no
+# dropout, no LayerNorm on the embedding, positions learned for every task, our read-out's
+# LayerNorm (with its gain and bias) on the sum of paths, our optimiser, random tokens for
+# memorisation and points uniform in the unit square for the convex hull.
 
 # %% tags=["parameters"]
 experiment = "E2"

@@ -16,6 +16,8 @@
 # residual and LayerNorm in every variant, optionally a post-LN MLP, BERT initialisation, Adam
 # at a constant rate. "skip" is a residual in the recurrence, x_{t+1} = x_t + f(x_t). `attn*`
 # setups are ours: truly attention-only (no LayerNorm, no residual inside the layer, no MLP).
+# Unlike the original code: no dropout, a mean (not summed) squared error, random batches, and
+# the skip trained as the residual recurrence it is rolled out as.
 # A roll-out **collapses** when the two tokens meet in one point and stay there, or when the
 # trajectory shrinks to a point (each token stays put for longer than moving at the data's
 # speed would allow), with the threshold of `rankcollapse.circle.COLLAPSE_FRACTION`; a trained

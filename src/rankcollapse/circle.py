@@ -10,6 +10,10 @@ post-LN MLP of hidden width d, Linear(d -> 2). "skip" is a residual in the recur
 x_{t+1} = x_t + f(x_t); without it x_{t+1} = f(x_t). Initialisation as the original's BERT
 code: N(0, 0.02) for every Linear but the attention's value and output maps (Kaiming-uniform).
 Trained with MSE by Adam at a constant rate, then rolled out from start pairs for many steps.
+Where this differs from the original code: no dropout (theirs 0.1); the mean squared error
+(theirs summed, the same for Adam but for its epsilon); random batches (theirs in order); and
+"skip" trained as the residual recurrence it is rolled out as (their training adds the previous
+batch's inputs to the current ones, and their figure plots f(x_t) rather than x_{t+1}).
 
 Setups (`SETUPS`): "ln*" is that original protocol; ours, "attn*", is truly attention-only (no
 internal residual, no LayerNorm anywhere, no MLP, our unit-gain initialisation), so only the

@@ -60,7 +60,7 @@ def member_step_flops(config: dict, group) -> float:
     matrix products of every block, attention scores and mixing, embedding and read-out."""
     from rankcollapse.tasks import task_spec
 
-    spec = task_spec(group.task, **config["tasks"][group.task])
+    spec = task_spec(group.task, **group.task_options)
     variant = config["variants"][group.variant]
     m = group.model_options
     d, n = m["width"], spec.tokens + (spec.readout == "class_token")

@@ -112,3 +112,21 @@ def test_scaled_branches_use_one_over_sqrt_depth():
     x = torch.randn(1, 5, 16, dtype=torch.float64)
     h, _ = plain.blocks[0].attn(x)
     torch.testing.assert_close(scaled.blocks[0](x)[0], x + h / 2)  # 1/sqrt(4)
+
+
+def test_attention_biases_are_a_switch_off_by_default():
+    """bias: the q, k, v and output maps get biases (BERT's attention, Dong et al.'s SAN):
+    y = softmax((x W_q + b_q)(x W_k + b_k)^T / sqrt(d_h)) (x W_v + b_v) W_o + b_o, per head."""
+    assert not any("bias" in n for n, _ in make("san").blocks[0].attn.named_parameters())
+    torch.manual_seed(0)
+    attn = Transformer(ModelConfig(width=16, heads=2, depth=1, bias=True)).double().blocks[0].attn
+    with torch.no_grad():
+        attn.qkv.bias.normal_()
+        attn.proj.bias.normal_()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    q, k, v = (x @ attn.qkv.weight.T + attn.qkv.bias).split(16, dim=-1)
+    q, k, v = (t.view(2, 5, 2, 8).transpose(1, 2) for t in (q, k, v))
+    A = torch.softmax(q @ k.transpose(-2, -1) / 8**0.5, dim=-1)
+    expected = (A @ v).transpose(1, 2).reshape(2, 5, 16) @ attn.proj.weight.T + attn.proj.bias
+    for capture in (False, True):
+        torch.testing.assert_close(attn(x, capture=capture)[0], expected)

@@ -278,3 +278,15 @@ def test_damaged_checkpoint_is_never_trained_on(tmp_path, caplog, damage):
                       checkpoint, "f")
     assert "damaged checkpoint" in caplog.text
     pd.testing.assert_frame_equal(again.history, clean.history, check_exact=True)
+
+
+def test_constant_schedule_keeps_the_rate_after_warm_up():
+    from rankcollapse.train import TrainConfig, schedule
+
+    cosine = schedule(TrainConfig(steps=100, warmup=10))
+    constant = schedule(TrainConfig(steps=100, warmup=10, schedule="constant"))
+    assert [constant(s) for s in (0, 4, 9)] == [cosine(s) for s in (0, 4, 9)]  # same warm-up
+    assert all(constant(s) == 1.0 for s in range(10, 120))
+    assert cosine(99) < 0.01
+    with pytest.raises(ValueError, match="schedule"):
+        TrainConfig(schedule="linear")

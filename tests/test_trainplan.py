@@ -59,16 +59,26 @@ def test_one_ensemble_per_architecture_holds_every_experiment_s_members():
     assert ("post_ln", 5) in e4 and ("post_ln", 1) not in e4
 
 
-def test_e2_runs_take_their_model_and_optimiser_from_paths():
-    group = trainplan.groups(DEFAULT)[("sorting", "san_skip", 4)]
-    assert group.model_options == {"width": 48, "heads": 2, "mlp_ratio": 2, "depth": 4}
-    assert group.train_options["steps"] == 1000
+def test_e2_runs_take_their_model_data_and_optimiser_from_paths():
+    group = trainplan.groups(DEFAULT)[("sorting", "san_skip_ln_bias", 6)]
+    assert group.model_options == {"width": 48, "heads": 2, "mlp_ratio": 2, "depth": 6}
+    assert group.train_options["steps"] == 600
     assert {m["lr"] for m in group.members} == {0.002}
+    # paths.data is merged over tasks.sorting for E2's runs only.
+    assert group.task_options == {**DEFAULT["tasks"]["sorting"], "train_size": 1000,
+                                  "test_size": 200}
+    assert DEFAULT["tasks"]["sorting"]["train_size"] != 1000
+    config = _config(depth_grid={"tasks": ["sorting"], "variants": ["post_ln"]})
+    assert trainplan.groups(config)[("sorting", "post_ln", 2)].task_options \
+        == config["tasks"]["sorting"]
+    job = next(j for j in trainplan.ensembles(DEFAULT)
+               if j.key == (group.task, group.variant, group.depth))
+    assert trainplan.job_params(DEFAULT, job)["task_options"] == group.task_options
 
 
 def test_conflicting_settings_for_one_architecture_are_a_config_error():
-    config = _config(rival_fixes={"task": "sorting", "variants": ["san_skip"], "depths": [4]})
-    with pytest.raises(ConfigError, match="other model or training settings"):
+    config = _config(rival_fixes={"task": "sorting", "variants": ["san_skip"], "depths": [6]})
+    with pytest.raises(ConfigError, match="other model, training or data settings"):
         check_config(config)
 
 

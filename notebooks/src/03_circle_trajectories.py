@@ -9,18 +9,25 @@
 # %% [markdown]
 # # E3 — Circular trajectories (Dong, Cordonnier & Loukas, ICML 2021, §4)
 #
-# One attention layer, applied recurrently with shared weights, is trained (MSE) to map a pair of
-# points on a circle (radius 0.3, 1000 points; the two tokens on opposite arcs) to the next pair,
-# then rolled out for many steps. "skip" is a residual in the recurrence, x_{t+1} = x_t + f(x_t).
-# `ln*` setups follow the original code: the layer keeps its own residual and LayerNorm (and an
-# input LayerNorm) in every variant. `attn*` setups are ours: truly attention-only (no LayerNorm,
-# no residual inside the layer). Rank collapse here means both tokens converge to one point: the
-# pair's relative residual ‖X − 1x̄ᵀ‖/‖X‖ goes to 0.
+# The original set-up: a pair of tokens on opposite arcs of a circle (1000 points, radius 0.3;
+# the data are the 499 pairs (p_i, p_{i+499})), one transformer layer trained (MSE) to map the
+# pair to the next pair, then applied recurrently from a start pair. `ln*` setups are the
+# original protocol: input Linear + LayerNorm, a post-LN layer with biases that keeps its own
+# residual and LayerNorm in every variant, optionally a post-LN MLP, BERT initialisation, Adam
+# at a constant rate. "skip" is a residual in the recurrence, x_{t+1} = x_t + f(x_t). `attn*`
+# setups are ours: truly attention-only (no LayerNorm, no residual inside the layer, no MLP).
+# Unlike the original code: no dropout, a mean (not summed) squared error, random batches, and
+# the skip trained as the residual recurrence it is rolled out as.
+# A roll-out **collapses** when the two tokens meet in one point and stay there, or when the
+# trajectory shrinks to a point (each token stays put for longer than moving at the data's
+# speed would allow), with the threshold of `rankcollapse.circle.COLLAPSE_FRACTION`; a trained
+# layer's time to collapse is the upper median over its start pairs.
 
 # %% tags=["parameters"]
 experiment = "E3"
 tables = {"circle": "results/tables/E3_circle.parquet"}
-settings = {"circle": {"radius": 0.3, "rollout": 300}}
+settings = {"circle": {"radius": 0.3, "rollout": 300, "points": 1000, "steps": 1190,
+                       "lr": 1e-5, "batch": 30, "starts": 4}}
 figures_dir = "report/figures/E3"
 numbers_path = "results/numbers/E3.json"
 
@@ -30,194 +37,197 @@ import numpy as np
 import pandas as pd
 
 from rankcollapse import io, plotting
-from rankcollapse.claims import Claim
+from rankcollapse.circle import COLLAPSE_FRACTION, circle_task, collapse_steps
+from rankcollapse.claims import e3 as e3_claims
 from rankcollapse.notebooks import section
 
 plotting.use_style()
 table = io.read_parquet(tables["circle"])
-setups = list(dict.fromkeys(table.setup))
-widths = sorted(table.width.unique())
-seeds = table.seed.nunique()
+c = settings["circle"]
+setups = [s for s in ("ln", "ln_skip", "ln_mlp", "ln_skip_mlp", "attn", "attn_skip")
+          if s in set(table.setup)]
+widths = sorted(int(w) for w in table.width.unique())
 T = int(table.step.max())
-radius = settings["circle"]["radius"]
-COLLAPSED = 0.05  # a pair with relative residual below this has (nearly) merged
-LABELS = {"ln": "no skip (original)", "ln_skip": "skip (original)",
-          "ln_mlp": "no skip + MLP (original)", "ln_skip_mlp": "skip + MLP (original)",
-          "attn": "no skip, attention only (ours)", "attn_skip": "skip, attention only (ours)"}
-print(f"{len(table)} rows: setups {setups}, widths {widths}, {seeds} seeds, {T} steps")
+radius = float(table.data_radius.iloc[0])
+threshold = COLLAPSE_FRACTION * 2 * radius
+LABELS = {"ln": "no skip", "ln_skip": "skip", "ln_mlp": "no skip + MLP",
+          "ln_skip_mlp": "skip + MLP", "attn": "no skip, attention only (ours)",
+          "attn_skip": "skip, attention only (ours)"}
+rollouts = collapse_steps(table)
+layers = e3_claims.layer_times(rollouts)
+B = 1000
+print(f"{len(table)} rows: setups {setups}, widths {widths}, {table.seed.nunique()} seeds, "
+      f"{table.start.nunique()} start pairs, {T} steps")
 
 # %% [markdown]
-# ## Rolled-out trajectories
-# One panel per setup (rows) and width (columns): the first start pair of the first seed, the two
-# tokens in two colours, the true circle in grey; the cross marks where each token ends.
+# ## Trajectories
+# One panel per setup and width, as in the paper's figure (each row: a setup without and with
+# skip, each at every width): the two training arcs in light grey, the roll-out of each token of the first trained layer from the original
+# start pair (red and blue; o start, x end) and, faint, those of the other trained layers. The
+# panel's title counts the trained layers that collapse. Axes as the paper's (±0.56); a
+# trajectory that leaves them is clipped.
 
 # %%
-fig, axes = plt.subplots(len(setups), len(widths), figsize=(2.6 * len(widths), 2.4 * len(setups)),
+data = circle_task(points=int(table.data_points.iloc[0]), radius=radius)
+arcs = data.x_train.numpy()  # (pairs, 2 tokens, 2)
+per_row = 2 if len(setups) > 2 else 1  # two setups side by side: without and with skip
+n_rows = -(-len(setups) // per_row)
+fig, axes = plt.subplots(n_rows, per_row * len(widths),
+                         figsize=(2.4 * per_row * len(widths) + 0.3, 2.45 * n_rows),
                          constrained_layout=True, squeeze=False)
-angle = np.linspace(0, 2 * np.pi, 200)
-first = table[(table.seed == table.seed.min()) & (table.start == 0)]
-for row, setup in enumerate(setups):
-    for col, width in enumerate(widths):
-        ax = axes[row][col]
-        t = first[(first.setup == setup) & (first.width == width)]
-        ax.plot(radius * np.cos(angle), radius * np.sin(angle), color="grey", lw=0.8)
-        for token, color in zip((0, 1), plotting.PALETTE[:2]):
-            tt = t[t.token == token].sort_values("step")
-            ax.plot(tt.x, tt.y, ".", ms=1.5, color=color)
-            ax.plot(tt.x.iloc[-1], tt.y.iloc[-1], "x", color="black", ms=6)
-            ax.plot(tt.x.iloc[0], tt.y.iloc[0], "o", color=color, ms=4)
-        lim = max(0.45, float(np.nanmax(np.abs(t[["x", "y"]].to_numpy()))) * 1.1)
-        lim = min(lim, 3.0)
-        ax.set_xlim(-lim, lim)
-        ax.set_ylim(-lim, lim)
+first_seed = int(table.seed.min())
+start0 = table[table.start == 0]
+COLORS = ("#D55E00", "#0072B2")
+for ax in axes.flat[len(setups) * len(widths):]:
+    ax.set_visible(False)
+for i, setup in enumerate(setups):
+    for j, width in enumerate(widths):
+        ax = axes[i // per_row][(i % per_row) * len(widths) + j]
+        for token in (0, 1):
+            ax.plot(arcs[:, token, 0], arcs[:, token, 1], color="#DDDDDD", lw=4, zorder=0)
+        t = start0[(start0.setup == setup) & (start0.width == width)]
+        for seed in sorted(t.seed.unique()):
+            ts = t[t.seed == seed]
+            for token, color in zip((0, 1), COLORS):
+                tt = ts[ts.token == token].sort_values("step")
+                far = ~(np.hypot(tt.x, tt.y) < 2.0)  # off the panel or diverged: not drawn
+                tt = tt.assign(x=tt.x.mask(far), y=tt.y.mask(far))
+                main = seed == first_seed
+                ax.plot(tt.x, tt.y, "-", lw=1.0 if main else 0.5, alpha=1.0 if main else 0.25,
+                        color=color)
+                if main:
+                    ax.plot(tt.x.iloc[0], tt.y.iloc[0], "o", color=color, ms=4)
+                    if not far.iloc[-1]:
+                        ax.plot(tt.x.iloc[-1], tt.y.iloc[-1], "x", color="black", ms=6)
+        lay = layers[(layers.setup == setup) & (layers.width == width)]
+        ax.set_xlim(-0.56, 0.56)
+        ax.set_ylim(-0.56, 0.56)
         ax.set_aspect("equal")
         ax.tick_params(labelsize=6)
-        ax.set_title(f"{LABELS.get(setup, setup)}\nd = {width}", fontsize=7.5)
-fig.suptitle(f"Rollouts of {T} steps (dots: token positions; o start, x end)", fontsize=9)
+        ax.set_title(f"{LABELS.get(setup, setup)}, d = {width}\n"
+                     f"{int(lay.collapsed.sum())} of {len(lay)} layers collapse", fontsize=7.5)
+fig.suptitle(f"Roll-outs of {T} steps (grey: the two training arcs)", fontsize=9)
 fig_traj = plotting.save(fig, figures_dir, "trajectories")
 
 # %% [markdown]
-# ## Relative residual of the generated pair against rollout step
-# Median over start pairs and seeds (band 10–90 %), per setup; one panel per width.
+# ## Time to collapse
+# (a) Share of roll-outs (trained layers × start pairs) that have collapsed by roll-out step t,
+# per setup; one panel per width. (b) Each trained layer's time to collapse (the upper median
+# over its start pairs), per setup, filled for the narrowest width and open for the widest; at
+# the top, "none": no collapse within the roll-out.
+
+# %%
+fig, axes = plt.subplots(1, len(widths) + 1, figsize=(4.0 * (len(widths) + 1), 3.6),
+                         constrained_layout=True, squeeze=False)
+steps = np.arange(T + 1)
+for ax, width in zip(axes[0], widths):
+    for i, setup in enumerate(setups):
+        r = rollouts[(rollouts.setup == setup) & (rollouts.width == width)]
+        times = r.collapse_step.to_numpy(float)
+        share = [(times <= t).mean() for t in steps]  # NaN (never) compares False
+        ax.step(steps, share, where="post", color=plotting.PALETTE[i % len(plotting.PALETTE)],
+                ls="-" if "skip" in setup else "--", label=LABELS[setup])
+    ax.set_title(f"(a) width d = {width}")
+    ax.set_xlabel("roll-out step t")
+    ax.set_ylabel("share of roll-outs collapsed")
+    ax.set_ylim(-0.02, 1.02)
+axes[0][0].legend(fontsize=6.5, frameon=False, loc="center right")
+ax = axes[0][-1]
+for i, setup in enumerate(setups):
+    for j, width in enumerate(widths):
+        lay = layers[(layers.setup == setup) & (layers.width == width)]
+        y = np.where(lay.collapsed, lay.time_to_collapse, T * 1.08)
+        x = i + (j - (len(widths) - 1) / 2) * 0.3 + np.linspace(-0.08, 0.08, len(lay))
+        color = plotting.PALETTE[i % len(plotting.PALETTE)]
+        ax.plot(x, y, "o", ms=4, color=color, mfc=color if j == 0 else "white",
+                label=f"d = {width}" if i == 0 else None)
+ax.axhline(T, color="grey", lw=0.8, ls=":")
+ax.set_xticks(range(len(setups)), setups, fontsize=7, rotation=30)
+ax.set_yticks([0, 100, 200, 300, T * 1.08], ["0", "100", "200", "300", "none"])
+ax.set_ylim(-10, T * 1.15)
+ax.set_ylabel("time to collapse (steps)")
+ax.set_title("(b) per trained layer (filled: d = %d, open: d = %d)" % (widths[0], widths[-1])
+             if len(widths) > 1 else "(b) per trained layer", fontsize=8)
+fig_time = plotting.save(fig, figures_dir, "collapse_times")
+
+# %% [markdown]
+# ## Numbers per setup and width
 
 # %%
 pairs = table[table.token == 0]
-fig, axes = plt.subplots(1, len(widths), figsize=(4.6 * len(widths), 3.6), constrained_layout=True,
-                         squeeze=False, sharey=True)
-for ax, width in zip(axes[0], widths):
-    for i, setup in enumerate(setups):
-        t = pairs[(pairs.setup == setup) & (pairs.width == width)]
-        q = t.groupby("step").relative_residual.quantile([0.1, 0.5, 0.9]).unstack()
-        color = plotting.PALETTE[i % len(plotting.PALETTE)]
-        ls = "-" if "skip" in setup else "--"
-        ax.plot(q.index, q[0.5], ls, color=color, label=LABELS.get(setup, setup))
-        ax.fill_between(q.index, q[0.1], q[0.9], color=color, alpha=0.12, lw=0)
-    ax.axhline(COLLAPSED, color="grey", ls=":", lw=1)
-    ax.set_title(f"width d = {width}")
-    ax.set_xlabel("rollout step t")
-    ax.set_ylabel("relative residual of the pair")
-    ax.set_ylim(0, 1.05)
-axes[0][-1].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1))
-fig_res = plotting.save(fig, figures_dir, "residual_vs_step")
-
-# %% [markdown]
-# ## Numbers and claims
-# Per (setup, width): share of rollouts (start pairs × seeds) whose pair has collapsed (relative
-# residual < 0.05) at the last step, the first step where the median residual falls below 0.05,
-# the median final radius and the test MSE of one step.
-
-# %%
 last = pairs[pairs.step == T]
-
-
-def first_collapse(t):
-    med = t.groupby("step").relative_residual.median()
-    below = med.index[med < COLLAPSED]
-    return float(below[0]) if len(below) else np.nan
-
-
 rows = []
-for (setup, width), t in pairs.groupby(["setup", "width"], sort=False):
-    fin = last[(last.setup == setup) & (last.width == width)]
-    rows.append({"setup": setup, "width": width, "skip": bool(fin.skip.iloc[0]),
-                 "protocol": fin.protocol.iloc[0],
-                 "collapsed_share": float((fin.relative_residual < COLLAPSED).mean()),
-                 "final_residual": float(fin.relative_residual.median()),
-                 "collapse_step": first_collapse(t),
-                 "final_radius": float(table[(table.setup == setup) & (table.width == width)
-                                             & (table.step == T)].radius.median()),
-                 "test_mse": float(fin.test_mse.mean()), "rollouts": len(fin)})
+for setup in setups:
+    for width in widths:
+        lay = layers[(layers.setup == setup) & (layers.width == width)]
+        r = rollouts[(rollouts.setup == setup) & (rollouts.width == width)]
+        fin = last[(last.setup == setup) & (last.width == width)]
+        points = table[(table.setup == setup) & (table.width == width) & (table.step == T)]
+        times = lay.time_to_collapse.where(lay.collapsed)
+        rows.append({
+            "setup": setup, "protocol": lay.protocol.iloc[0], "width": width,
+            "layers collapsed": f"{int(lay.collapsed.sum())} / {len(lay)}",
+            "time to collapse (median of collapsed layers)":
+                f"{times.median():.0f}" if times.notna().any() else "none",
+            "times per layer": ", ".join("none" if not ok else f"{t:.0f}" for t, ok in
+                                          zip(lay.time_to_collapse, lay.collapsed)),
+            "roll-outs merged": f"{r.merge_step.notna().mean():.2f}",
+            "roll-outs stalled": f"{r.stall_step.notna().mean():.2f}",
+            "median final distance": f"{fin.pair_distance.median():.3g}",
+            "median final radius": f"{points.radius.median():.3g}",
+            "training MSE (median)": f"{fin.groupby('seed').train_mse.first().median():.2e}",
+        })
 summary = pd.DataFrame(rows)
-table_html = summary.round(4).to_html(index=False, border=0, classes="data")
+table_html = summary.to_html(index=False, border=0, classes="data")
 summary
 
-# %%
-def share_claim(cid, statement, mask, low, high, what):
-    s = summary[mask]
-    fin = last.merge(s[["setup", "width"]], on=["setup", "width"])
-    if fin.empty:
-        return Claim(cid, statement, "Dong et al. 2021, §4 (circle experiment)", what, None, None,
-                     low, high, reason="setups not in this run")
-    collapsed = (fin.relative_residual < COLLAPSED).to_numpy(float)
-    rng = np.random.default_rng(0)
-    boot = [rng.choice(collapsed, len(collapsed)).mean() for _ in range(1000)]
-    return Claim(cid, statement, "Dong et al. 2021, §4 (circle experiment)",
-                 f"{what} ({len(collapsed)} rollouts; 95% bootstrap interval over rollouts)",
-                 float(collapsed.mean()), tuple(np.quantile(boot, [0.025, 0.975]).tolist()),
-                 low, high, reason=", ".join(f"{r.setup} d={r.width}: {r.collapsed_share:.2f}"
-                                             for r in s.itertuples()))
-
-
-original = summary.protocol == "original"
-ours = summary.protocol == "attention_only"
-claims = [
-    share_claim("E3.no_skip_collapses_original",
-                "Without skip connections the rollout collapses to a point (original protocol).",
-                original & ~summary.skip, 0.8, 1.0,
-                "share of no-skip rollouts (ln, ln_mlp) collapsed at the last step"),
-    share_claim("E3.skip_keeps_circle_original",
-                "With skip connections the trajectories do not collapse (original protocol).",
-                original & summary.skip, 0.0, 0.2,
-                "share of skip rollouts (ln_skip, ln_skip_mlp) collapsed at the last step"),
-    share_claim("E3.no_skip_collapses_ours",
-                "Without skip connections the rollout collapses (ours: attention only).",
-                ours & ~summary.skip, 0.8, 1.0,
-                "share of attention-only no-skip rollouts collapsed at the last step"),
-    share_claim("E3.skip_keeps_circle_ours",
-                "With skip connections the trajectories do not collapse (ours: attention only).",
-                ours & summary.skip, 0.0, 0.2,
-                "share of attention-only skip rollouts collapsed at the last step"),
-]
-# Width: no-skip collapse step at the largest vs the smallest width (ratio < 1: faster).
-ns = summary[~summary.skip]
-steps = ns.set_index(["setup", "width"]).collapse_step.unstack().reindex(columns=widths)
-if len(widths) >= 2 and steps[[widths[0], widths[-1]]].notna().all(axis=1).any():
-    ok = steps[[widths[0], widths[-1]]].dropna()
-    ratio = (ok[widths[-1]] / ok[widths[0]]).to_numpy()
-    claims.append(Claim(
-        "E3.wider_collapses_faster",
-        "Without skip connections, larger width collapses faster.",
-        "Dong et al. 2021, §4 (circle experiment, widths 32 to 128)",
-        f"collapse step at d = {widths[-1]} / at d = {widths[0]}, mean over no-skip setups "
-        "(interval min–max)", float(ratio.mean()), (float(ratio.min()), float(ratio.max())),
-        0.0, 0.9, reason=", ".join(f"{s}: {r:.2f}" for s, r in zip(ok.index, ratio))))
-else:
-    claims.append(Claim(
-        "E3.wider_collapses_faster", "Without skip connections, larger width collapses faster.",
-        "Dong et al. 2021, §4 (circle experiment, widths 32 to 128)",
-        "collapse step ratio (largest / smallest width)", None, None, 0.0, 0.9,
-        reason="no no-skip setup collapses at both widths in this run"))
-pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+# %% [markdown]
+# ## Claims
+# Registered in workflow/claims.yaml and measured by `rankcollapse.claims.e3`, resampling
+# whole trained layers (never the roll-outs of one layer).
 
 # %%
-def describe(setup):
-    s = summary[summary.setup == setup]
-    return (f"{LABELS.get(setup, setup)}: " + ", ".join(
-        f"d={r.width} {r.collapsed_share:.0%} collapsed (median final residual "
-        f"{r.final_residual:.2f})" for r in s.itertuples()))
+measurements = e3_claims.measure(rollouts, B)
+pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
+
+# %%
+def time_text(setup, width):
+    lay = layers[(layers.setup == setup) & (layers.width == width)]
+    times = lay.time_to_collapse.where(lay.collapsed)
+    median = f"median {times.median():.0f} steps" if times.notna().any() else "none"
+    return f"d = {width}: {int(lay.collapsed.sum())} of {len(lay)} layers collapse ({median})"
 
 
-summary_text = (
-    f"One recurrent layer, {T}-step rollouts from {int(summary.rollouts.iloc[0])} start pairs per "
-    "setup and width. " + "; ".join(describe(s) for s in setups) + ". Verdicts: "
-    + "; ".join(f"{c.id.split('.', 1)[1]} {c.verdict}" for c in claims) + "."
+description = (
+    f"One recurrent layer per setup and width (widths {', '.join(map(str, widths))}), "
+    f"{table.seed.nunique()} independently trained layers each, {c.get('steps')} Adam steps "
+    f"at learning rate {c.get('lr'):g} in batches of {c.get('batch')}, then {T}-step roll-outs "
+    f"from {table.start.nunique()} start pairs per layer. Collapse threshold: the two tokens "
+    f"within {threshold:.3g} ({COLLAPSE_FRACTION:.0%} of the data's pair distance 2r) of each "
+    "other, or each within that distance of its end point for the rest of the roll-out. "
+    + "; ".join(f"{LABELS[s]}: " + ", ".join(time_text(s, w) for w in widths) for s in setups)
+    + "."
 )
-print(summary_text)
+print(description)
 io.write_json(section(
-    experiment, "Circular trajectories", "Dong, Cordonnier & Loukas (ICML 2021)", summary_text,
+    experiment, "Circular trajectories", "Dong, Cordonnier & Loukas (ICML 2021)", description,
     figures=[
         {"name": "trajectories", **fig_traj, "caption":
-         "Rollouts of the trained one-layer recurrence per setup (rows) and width (columns); the "
-         "grey circle is the data. ln*: original protocol (LayerNorm and the layer's own residual "
-         "kept); attn*: ours, attention only."},
-        {"name": "residual_vs_step", **fig_res, "caption":
-         "Relative residual of the generated pair against rollout step (median over start pairs "
-         "and seeds, band 10–90 %); 0 means both tokens sit at one point. Dotted: the collapse "
-         "threshold 0.05."},
+         "Roll-outs of the trained one-layer recurrence, one panel per setup and width (each "
+         "row: a setup without and with skip), from the original start pair: the first trained layer's two tokens (red, blue; o "
+         "start, x end) and, faint, the other layers'; grey: the two training arcs. Original "
+         "protocol unless marked ours (attention only)."},
+        {"name": "collapse_times", **fig_time, "caption":
+         "(a) Share of roll-outs (trained layers × start pairs) collapsed by roll-out step t, "
+         "per setup and width. (b) Each trained layer's time to collapse (upper median over "
+         "its start pairs), filled for the narrowest width, open for the widest; \"none\": no "
+         "collapse within the roll-out."},
     ],
-    tables=[{"caption": "Per setup and width: collapsed share of rollouts at the last step, "
-             "median final residual, first step the median falls below 0.05, median final radius, "
-             "one-step test MSE.", "html": table_html}],
-    claims=claims,
-    numbers={"summary": summary.to_dict(orient="records"), "steps": T, "seeds": int(seeds)},
+    tables=[{"caption": "Per setup and width: trained layers that collapse, their time to "
+             "collapse, the share of roll-outs whose tokens merge or whose trajectory stalls, "
+             "the median final distance of the two tokens and radius, the training MSE.",
+             "html": table_html}],
+    measurements=measurements,
+    numbers={"layers": layers.to_dict(orient="records"), "steps": T,
+             "threshold": threshold, "seeds": int(table.seed.nunique())},
 ), numbers_path)

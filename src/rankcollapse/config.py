@@ -146,25 +146,31 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
 
 
 def _paths_problems(config: dict, defined: list[str]) -> list[str]:
-    """Cross-references of E2's `paths` block: its variants must be decomposable into paths
-    (skips, no LayerNorm, no MLP), its tasks known, its runs not shared with E4/E5 (whose model
-    and optimiser settings differ)."""
+    """Cross-references of E2's `paths` block: its variants must be ensembles of paths (skips,
+    no MLP, no LayerNorm or a post-LN), its tasks known, its runs not shared with E4/E5 (whose
+    model and optimiser settings differ); and E3's start pairs must exist."""
     from .tasks import TASKS
 
+    problems = []
+    circle = config.get("circle", {})
+    pairs = circle.get("points", 1000) // 2 - 1  # the original data's pairs
+    if circle.get("starts", 1) > pairs:
+        problems.append(f"circle.starts={circle['starts']} exceeds the {pairs} pairs of "
+                        f"circle.points={circle.get('points', 1000)}")
     paths = config.get("paths", {})
     if not paths:
-        return []
-    problems = []
+        return problems
     for name in paths.get("variants", []):
         if name not in defined:
             problems.append(f"paths.variants: variant {name!r} is not defined; "
                             f"defined variants (config key `variants`): {defined}")
             continue
         v = config["variants"][name]
-        if not v["skip"] or v["mlp"] or v["norm"] != "none" or v.get("deescalate", 0) \
+        if not v["skip"] or v["mlp"] or v["norm"] == "pre" or v.get("deescalate", 0) \
                 or v.get("center_attention", False):
-            problems.append(f"paths.variants: variant {name!r} is not decomposable into paths; "
-                            "it needs skip: true, mlp: false, norm: none (like san_skip)")
+            problems.append(f"paths.variants: variant {name!r} is not an ensemble of paths; "
+                            "it needs skip: true, mlp: false, norm: none or post (like san_skip "
+                            "or san_skip_ln_bias)")
     for name in paths.get("tasks", []):
         if name not in TASKS:
             problems.append(f"paths.tasks: unknown task {name!r}; allowed tasks: {sorted(TASKS)}")

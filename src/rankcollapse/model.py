@@ -35,6 +35,7 @@ class ModelConfig:
     deescalate: float = 0.0  # tau of Yu & Zhang: attention output Y <- (I - tau/n 11^T) Y
     temperature: float = 1.0  # beta: logits are beta * <q, k> / sqrt(d_head)
     center_attention: bool = False  # A <- A - (1/n) 1 1^T (Nait Saada et al., "Mind the Gap")
+    bias: bool = False  # biases in attention's q, k, v and output maps (BERT; Dong et al.'s SAN)
     branch_scale: Literal["none", "inv_sqrt_depth"] = "none"  # residual branches x 1/sqrt(L)
     mlp_ratio: int = 4  # hidden width of the MLP = mlp_ratio * width
     init_std: float | None = None  # std of weight entries; None = 1/sqrt(fan_in) (unit gain)
@@ -80,6 +81,8 @@ PRESETS: dict[str, dict] = {
     "post_ln_deesc": dict(skip=True, mlp=True, norm="post", deescalate=1.0),
     "post_ln_center": dict(skip=True, mlp=True, norm="post", center_attention=True),
     "post_ln_scaled": dict(skip=True, mlp=True, norm="post", branch_scale="inv_sqrt_depth"),
+    # Dong et al.'s path-experiment network: attention + skip + post-LN, biases, no MLP.
+    "san_skip_ln_bias": dict(skip=True, mlp=False, norm="post", bias=True),
 }
 
 
@@ -102,8 +105,8 @@ class SelfAttention(nn.Module):
         self.scale = cfg.temperature / math.sqrt(cfg.width // cfg.heads)
         self.deescalate = cfg.deescalate
         self.center = cfg.center_attention
-        self.qkv = _linear(cfg.width, 3 * cfg.width, cfg.init_std, bias=False)
-        self.proj = _linear(cfg.width, cfg.width, cfg.init_std, bias=False)
+        self.qkv = _linear(cfg.width, 3 * cfg.width, cfg.init_std, bias=cfg.bias)
+        self.proj = _linear(cfg.width, cfg.width, cfg.init_std, bias=cfg.bias)
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
         """x: (B, n, d) -> (y: (B, n, d), attention (B, H, n, n) if capture else None)."""

@@ -1,20 +1,25 @@
 """Path-length decomposition of trained attention networks (Dong, Cordonnier & Loukas 2021, §4).
 
-With skip connections and nothing else (no LayerNorm, no MLP: the `san_skip` variant), one block
-maps x -> x + c * sum_h A_h x V_h O_h, with A_h the head's attention matrix (n, n), V_h (d, d_h)
-and O_h (d_h, d) its value and output maps and c the branch factor. Once the attention matrices
-of a forward pass are fixed, the stack is linear in its input and its output is a sum over paths:
-each path passes through a subset of the layers (the identity elsewhere), and its length is the
-size of that subset. Two ways to measure what paths of each length carry:
+A network of attention layers with skip connections is an ensemble of paths: each path passes
+through a subset of the layers (the identity elsewhere), one head in each, and its length is the
+number of layers it passes through; a depth-L net with H heads has C(L, k) H^k paths of length k.
+Two ways to measure what paths of each length carry:
 
-- `path_sums` (ours, exact): the contribution P_k of all paths of length k, k = 0..L, by a
-  dynamic programme over layers, P_k^(l) = P_k^(l-1) + c sum_h A_h^l P_{k-1}^(l-1) V_h O_h:
-  O(L^2) maps instead of the 2^L subsets (times H^k head choices) of `enumerate_paths`.
-  sum_k P_k equals the network's output (to round-off).
-- `sampled_path_accuracy` (the original code's protocol): pick one head per layer, turn L - k
-  random layers into the identity, run the k active layers without their residual (attention
-  recomputed on the path's own input), sum a few sampled paths and classify; mean and std over
-  repeats.
+- `sampled_path_accuracy` (the original code's protocol, on any `path_network`): a path of
+  length k is k random layers, one random head each (`sample_path`); the active layers run
+  without their residual and, in a post-LN network, with a LayerNorm that has no learned gain or
+  bias (the original's "no sub-path" switch), attention recomputed on the path's own input
+  (`path_forward`). A few sampled paths are summed and classified; mean and std over repeats.
+  This works on Dong et al.'s own network (post-LN, biases, no MLP: `san_skip_ln_bias`) as on
+  an LN-free one.
+- `path_sums` (ours, exact): for an LN-free, bias-free san_skip network, once the attention
+  matrices of a forward pass are fixed the stack is linear in its input and one block maps
+  x -> x + c * sum_h A_h x V_h O_h (A_h the head's attention matrix (n, n), V_h (d, d_h) and O_h
+  (d_h, d) its value and output maps, c the branch factor), so its output is exactly the sum of
+  the contributions P_k of all paths of each length k = 0..L, computed by a dynamic programme
+  over layers, P_k^(l) = P_k^(l-1) + c sum_h A_h^l P_{k-1}^(l-1) V_h O_h: O(L^2) maps instead of
+  the 2^L subsets (times H^k head choices) of `enumerate_paths`. The caveat: the attention
+  matrices are those of the full forward pass, not recomputed on each path.
 
 Accuracy of a set of paths = the task read-out (final LayerNorm + linear head) applied to the
 sum of their outputs.
@@ -28,6 +33,7 @@ import math
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from .model import SelfAttention, TaskModel
@@ -39,9 +45,11 @@ def check_decomposable(model: TaskModel) -> None:
     problems = [name for name, bad in [
         ("norm must be 'none'", cfg.norm != "none"), ("mlp must be off", cfg.mlp),
         ("skip must be on", not cfg.skip), ("deescalate must be 0", cfg.deescalate != 0),
-        ("center_attention must be off", cfg.center_attention)] if bad]
+        ("center_attention must be off", cfg.center_attention),
+        ("bias must be off", cfg.bias)] if bad]
     if problems:
-        raise ValueError("path decomposition needs an LN-free, MLP-free san_skip network: "
+        raise ValueError("path decomposition needs an LN-free, MLP-free, bias-free san_skip "
+                         "network: "
                          + "; ".join(problems))
 
 
@@ -154,47 +162,131 @@ def exact_accuracies(model: TaskModel, x: Tensor, y: Tensor) -> pd.DataFrame:
     return pd.DataFrame(rows).assign(std=0.0)
 
 
-def _one_head_layer(attn: SelfAttention, h: Tensor, head: int) -> Tensor:
-    """One attention layer restricted to one head, without residual: A_h h V_h O_h (B, n, d).
-    The attention is recomputed from h, as the original code runs the layer on the path."""
+ALL_HEADS = -1  # a path entry that keeps every head of its layer (the layer as trained)
+BATCH_FLOATS = 2**25  # path states the sampled protocol runs at once (128 MB in float32)
+
+
+def path_network(model: TaskModel) -> str:
+    """Which kind of network the sampled-path protocol runs on: "post_ln" (attention + skip +
+    post-LN, no MLP: Dong et al.'s network) or "ln_free" (attention + skip, no LayerNorm, no MLP).
+    Raises ValueError for any other architecture."""
+    cfg = model.stack.cfg
+    problems = [name for name, bad in [
+        ("skip must be on", not cfg.skip), ("mlp must be off", cfg.mlp),
+        ("norm must be 'none' or 'post'", cfg.norm not in ("none", "post")),
+        ("deescalate must be 0", cfg.deescalate != 0),
+        ("center_attention must be off", cfg.center_attention)] if bad]
+    if problems:
+        raise ValueError("paths need attention + skip (norm none or post), no MLP: "
+                         + "; ".join(problems))
+    return "post_ln" if cfg.norm == "post" else "ln_free"
+
+
+def sample_path(depth: int, heads: int, length: int, rng: np.random.Generator) -> list:
+    """One random path of `length` through `depth` layers (the original code's create_path):
+    `length` distinct layers drawn uniformly are active, each with one head drawn uniformly;
+    the others are None (the identity). Returns a list of `depth` entries."""
+    if not 0 <= length <= depth:
+        raise ValueError(f"path length {length} outside 0..{depth}")
+    head_of = rng.integers(heads, size=depth)
+    path: list = [None] * depth
+    for layer in rng.choice(depth, size=length, replace=False):
+        path[int(layer)] = int(head_of[layer])
+    return path
+
+
+def head_branch(attn: SelfAttention, h: Tensor, head: int) -> Tensor:
+    """The attention branch of one layer restricted to one head (or ALL_HEADS), with its biases:
+    A_h (h W_v,h + b_v,h) W_o,h + b_o, attention recomputed from h. h: (B, n, d) -> (B, n, d).
+    The output bias b_o is added whole, as the original code adds it on a path."""
     B, n, d = h.shape
+    kept = attn.heads if head == ALL_HEADS else 1
     dh = d // attn.heads
-    sl = slice(head * dh, (head + 1) * dh)
-    w_q, w_k, w_v = attn.qkv.weight.split(d)  # each (d, d)
-    q, k, v = h @ w_q[sl].T, h @ w_k[sl].T, h @ w_v[sl].T  # (B, n, dh)
-    A = torch.softmax(attn.scale * q @ k.transpose(-2, -1), dim=-1)  # (B, n, n)
-    return (A @ v) @ attn.proj.weight[:, sl].T
+    w_qkv, b_qkv, w_out = attn.qkv.weight, attn.qkv.bias, attn.proj.weight
+    if head != ALL_HEADS:  # only this head's rows of q, k, v and columns of the output map
+        rows = torch.cat([torch.arange(head * dh, (head + 1) * dh) + part * d
+                          for part in range(3)])
+        w_qkv = w_qkv[rows]
+        b_qkv = None if b_qkv is None else b_qkv[rows]
+        w_out = w_out[:, head * dh:(head + 1) * dh]
+    q, k, v = F.linear(h, w_qkv, b_qkv).split(kept * dh, dim=-1)
+    q, k, v = (t.view(B, n, kept, dh).transpose(1, 2) for t in (q, k, v))
+    # q, k, v: (B, heads kept, n, d_head)
+    A = torch.softmax(attn.scale * q @ k.transpose(-2, -1), dim=-1)  # (B, heads kept, n, n)
+    y = (A @ v).transpose(1, 2).reshape(B, n, -1) @ w_out.T  # (B, n, d)
+    return y if attn.proj.bias is None else y + attn.proj.bias
 
 
 @torch.no_grad()
-def sampled_path_accuracy(model: TaskModel, x: Tensor, y: Tensor, samples: int = 4,
-                          repeats: int = 5, seed: int = 0) -> pd.DataFrame:
-    """The original code's sampled-path protocol: for each length k = 0..L and each repeat, sum
-    `samples` random paths (k random active layers, one random head each, no residual) and
-    classify. Columns protocol ("sampled"), k, accuracy (mean over repeats), std (over repeats).
-    """
-    check_decomposable(model)
-    model.eval()
+def path_forward(model: TaskModel, h0: Tensor, path: list, residual: bool = False) -> Tensor:
+    """The stack run along one path from its input h0 (B, n, d): a layer whose entry is None is
+    the identity; an entry h runs that head only, ALL_HEADS every head. residual=False is the
+    original protocol's path layer: the branch alone, through a LayerNorm without learned gain
+    or bias in a post-LN network (times the branch factor c in an LN-free one). residual=True
+    keeps the block's own wiring (residual and trained LayerNorm): with every layer active and
+    every head kept it is the network's forward pass. Returns (B, n, d)."""
+    kind = path_network(model)
     c = model.stack.cfg.branch_factor
-    blocks = list(model.stack.blocks)
-    depth, heads = len(blocks), model.stack.cfg.heads
+    h = h0
+    for block, head in zip(model.stack.blocks, path, strict=True):
+        if head is None:
+            continue
+        branch = c * head_branch(block.attn, h, head)
+        if residual:
+            h = block.attn_out(block.skip * h + branch)
+        elif kind == "post_ln":
+            h = F.layer_norm(branch, branch.shape[-1:], eps=block.attn_out.eps)
+        else:
+            h = branch
+    return h
+
+
+@torch.no_grad()
+def paths_forward(model: TaskModel, h0: Tensor, paths: list[list]) -> Tensor:
+    """`path_forward` (without residuals) of many paths at once: (P, B, n, d) for P paths.
+    At each layer the paths that pass through it are run together, one call per head."""
+    kind = path_network(model)
+    c = model.stack.cfg.branch_factor
+    h = h0.expand(len(paths), *h0.shape).clone()  # (P, B, n, d)
+    P, B, n, d = h.shape
+    for layer, block in enumerate(model.stack.blocks):
+        heads = torch.tensor([-2 if p[layer] is None else p[layer] for p in paths])
+        for head in heads.unique().tolist():
+            if head == -2:  # the identity: these paths skip the layer
+                continue
+            rows = (heads == head).nonzero().flatten()
+            branch = c * head_branch(block.attn, h[rows].reshape(-1, n, d), head)
+            if kind == "post_ln":
+                branch = F.layer_norm(branch, branch.shape[-1:], eps=block.attn_out.eps)
+            h[rows] = branch.view(len(rows), B, n, d)
+    return h
+
+
+@torch.no_grad()
+def sampled_path_accuracy(model: TaskModel, x: Tensor, y: Tensor, samples=(5, 20),
+                          repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+    """The original code's sampled-path protocol: for each number of paths s in `samples`, each
+    length k = 0..L and each repeat, sum s random paths of length k (`sample_path`, run
+    without residuals as `path_forward` does) and classify. Columns protocol ("sampled"),
+    samples, k, accuracy (mean over repeats), std (over repeats)."""
+    path_network(model)
+    model.eval()
+    depth, heads = model.stack.cfg.depth, model.stack.cfg.heads
     rng = np.random.default_rng(seed)
     h0 = embed(model, x)
     rows = []
-    for k in range(depth + 1):
-        accs = []
-        for _ in range(repeats):
-            total = torch.zeros_like(h0)
-            for _ in range(samples):
-                active = set(rng.choice(depth, size=k, replace=False).tolist())
-                h = h0
-                for layer, block in enumerate(blocks):
-                    if layer in active:
-                        h = c * _one_head_layer(block.attn, h, int(rng.integers(heads)))
-                total = total + h
-            accs.append(_accuracy(readout(model, total), y))
-        rows.append({"protocol": "sampled", "k": k, "accuracy": float(np.mean(accs)),
-                     "std": float(np.std(accs))})
+    for count in ([samples] if isinstance(samples, int) else list(samples)):
+        # Repeats per batched call: about BATCH_FLOATS floats of path states at a time.
+        together = max(1, BATCH_FLOATS // (count * h0.numel()))
+        for k in range(depth + 1):
+            drawn = [sample_path(depth, heads, k, rng) for _ in range(repeats * count)]
+            accs = []
+            for first in range(0, repeats, together):
+                chunk = drawn[first * count:(first + together) * count]
+                out = paths_forward(model, h0, chunk).view(-1, count, *h0.shape)
+                accs += [_accuracy(readout(model, total), y) for total in out.sum(1)]
+            rows.append({"protocol": "sampled", "samples": int(count), "k": k,
+                         "accuracy": float(np.mean(accs)), "std": float(np.std(accs))})
     return pd.DataFrame(rows)
 
 
@@ -203,47 +295,69 @@ def path_counts(depth: int, heads: int) -> list[int]:
     return [math.comb(depth, k) * heads**k for k in range(depth + 1)]
 
 
-def measure_job(model_path, eval_size: int, samples: int, repeats: int,
+# The reference lines of Dong et al.'s path-length figure (the original code's plotting
+# constants): task -> (entire model's token accuracy, baseline predictor's), the baseline being
+# a random predictor for sorting and memorisation and the majority class for the convex hull.
+PAPER_REFERENCE = {"sorting": (0.98, 0.10), "hull": (0.90, 0.54), "memorisation": (0.85, 0.50)}
+
+
+def measure_job(model_path, eval_size: int, samples, repeats: int,
                 threads: int = 1) -> pd.DataFrame:
     """Path accuracies of one trained checkpoint (a model.pt of train.run_job) on its first
-    `eval_size` test examples: both protocols, with the run's identity and final accuracy."""
+    `eval_size` test examples, with the run's identity and final accuracy (`measure_saved`)."""
     saved = torch.load(model_path, map_location="cpu", weights_only=False)
     return measure_saved(saved, eval_size, samples, repeats, threads)
 
 
-def measure_saved(saved: dict, eval_size: int, samples: int, repeats: int,
-                  threads: int = 1) -> pd.DataFrame:
-    """measure_job of one trained network already loaded: a dict with its weights, settings
-    and final result (train.run_job's model.pt, or one member of ensemble.load_members)."""
+def measure_saved(saved: dict, eval_size: int, samples, repeats: int,
+                  threads: int = 1, data=None) -> pd.DataFrame:
+    """Path accuracies of one trained network already loaded (a dict with its weights,
+    settings and final result: train.run_job's model.pt, or one member of
+    ensemble.load_members) on its first `eval_size` test examples: the full network ("full"),
+    the sampled-path protocol for each count in `samples`, and for an LN-free, bias-free
+    network the exact sums ("exact_up_to", "exact_exactly"). Columns protocol, samples (0 but
+    for "sampled"), k, accuracy, std, paths (how many paths of that length exist), network
+    ("post_ln" or "ln_free"), bias, the run's identity and its baselines. `data`: the task's
+    TaskData when the caller has built it already (the members of one ensemble share it)."""
     from . import io, runtime
     from .tasks import make_task
     from .train import new_model
 
     settings = saved["settings"]
     runtime.setup(threads, settings["seed"])
-    data = make_task(settings["task"], **settings["task_options"])
+    if data is None:
+        data = make_task(settings["task"], **settings["task_options"])
     model = new_model(data.spec, settings["variant"], settings["model_options"],
                       settings["seed"])
     model.load_state_dict(saved["model"])
+    model.eval()
+    kind, cfg = path_network(model), model.stack.cfg
     x, y = data.x_test[:eval_size], data.y_test[:eval_size]
+    depth = int(settings["model_options"]["depth"])
     if saved["final"]["diverged"]:
-        table = pd.DataFrame({"protocol": ["full"], "k": [0], "accuracy": [math.nan],
+        table = pd.DataFrame({"protocol": ["full"], "k": [depth], "accuracy": [math.nan],
                               "std": [math.nan]})
     else:
-        table = pd.concat([exact_accuracies(model, x, y),
-                           sampled_path_accuracy(model, x, y, samples, repeats,
-                                                 seed=settings["seed"])], ignore_index=True)
-    depth = int(settings["model_options"]["depth"])
-    counts = path_counts(depth, model.stack.cfg.heads)
+        full = pd.DataFrame({"protocol": ["full"], "k": [depth],
+                             "accuracy": [_accuracy(model(x)[0], y)], "std": [0.0]})
+        exact = ([exact_accuracies(model, x, y).query("protocol != 'full'")]
+                 if kind == "ln_free" and not cfg.bias else [])
+        table = pd.concat([full, *exact, sampled_path_accuracy(model, x, y, samples, repeats,
+                                                               seed=settings["seed"])],
+                          ignore_index=True)
+    table["samples"] = table.get("samples", pd.Series(0, index=table.index)).fillna(0)
+    table["samples"] = table["samples"].astype(int)
+    counts = path_counts(depth, cfg.heads)
     table["paths"] = [counts[k] if p != "exact_up_to" else sum(counts[:k + 1])
                       for p, k in zip(table.protocol, table.k, strict=True)]
+    table["network"] = kind
+    table["bias"] = bool(cfg.bias)
     table["depth"] = depth
     table["seed"] = int(settings["seed"])
     table["width"] = int(settings["model_options"]["width"])
-    table["heads"] = model.stack.cfg.heads
+    table["heads"] = cfg.heads
     table["chance"] = data.spec.chance
-    table["majority"] = float(max((data.y_test[:eval_size] == c).double().mean()
-                                  for c in range(data.spec.classes)))
+    table["majority"] = float(max((y == c).double().mean() for c in range(data.spec.classes)))
     table["test_accuracy"] = saved["final"]["test_accuracy"]
     table["diverged"] = bool(saved["final"]["diverged"])
     table["config_hash"] = saved["fingerprint"]

@@ -89,16 +89,21 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
             f"{_size(c['realarch']['ablations'])} ablations; {c['realarch']['batch']} sequences "
             f"of {c['realarch']['tokens']} tokens"),
         "E2": lambda: (
-            "paths",
+            "paths, train",
             f"{grid(c['paths'], 'tasks', 'variants', 'depths', 'seeds')} trained networks "
-            f"({_list(c['paths']['tasks'])}; depths {_list(c['paths']['depths'])}; "
-            f"{_size(c['paths']['seeds'])} seeds), {c['paths']['train']['steps']} steps each"),
+            f"({_list(c['paths']['tasks'])} × {_list(c['paths']['variants'])} × depths "
+            f"{_list(c['paths']['depths'])} × {_size(c['paths']['seeds'])} seeds; widths "
+            + ", ".join(f"{t} {m['width']}" for t, m in c['paths'].get('models', {}).items())
+            + f"), {c['paths']['train'].get('steps', c['train']['steps'])} steps each; sampled "
+            f"paths summed {' and '.join(map(str, c['paths']['samples']))} at a time, "
+            f"{c['paths']['repeats']} repeats, {c['paths']['eval_size']} evaluation examples"),
         "E3": lambda: (
             "circle",
             f"{grid(c['circle'], 'setups', 'widths', 'seeds')} trained layers "
             f"({_size(c['circle']['setups'])} set-ups × widths {_list(c['circle']['widths'])} × "
-            f"{_size(c['circle']['seeds'])} seeds), {c['circle']['steps']} steps, "
-            f"{c['circle']['rollout']}-step roll-outs"),
+            f"{_size(c['circle']['seeds'])} seeds), {c['circle']['steps']} Adam steps at "
+            f"{c['circle']['lr']:g} in batches of {c['circle']['batch']}, "
+            f"{c['circle']['rollout']}-step roll-outs from {c['circle']['starts']} start pairs"),
         "E4": lambda: (
             "escalation, train",
             f"{grid(c['escalation'], 'variants', 'seeds')} trained networks of depth "
@@ -126,6 +131,37 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
             blocks, size = "—", "see the configuration in the provenance section"
         rows.append({"experiment": experiment, "blocks": blocks, "size": size})
     return rows
+
+
+def method_notes(experiments: list[str]) -> list[dict]:
+    """Definitions the claims of these experiments rest on, one paragraph each (methods text:
+    what a quantity means, never a finding); numbers come from the library's constants."""
+    from .circle import COLLAPSE_FRACTION
+    from .claims import e2
+
+    notes = {
+        "E2": (
+            "Path lengths (E2). A path of length k passes through k of the L layers, one head "
+            "in each, and skips the others. The original protocol samples such paths (k random "
+            "layers, one random head each), runs each active layer on the path's own input "
+            "without its residual, through a LayerNorm without learned gain and bias, sums a "
+            "few paths and classifies the sum with the network's read-out. Claims compare "
+            "accuracies as gain shares (a − m)/(full − m): the accuracy a above the majority-"
+            "class rate m of the evaluation labels (the best constant predictor) as a share of "
+            "the full network's accuracy above it, from means over trained networks; a network "
+            f"less than {e2.MIN_GAIN:g} above m has no gain to share (undefined)."),
+        "E3": (
+            "Collapse (E3). A roll-out collapses when its two tokens come within "
+            f"{COLLAPSE_FRACTION:.0%} of the data's pair distance 2r of each other and stay "
+            "there, or when each token stays that close to its end point for at least three "
+            "times as many steps as the data's own motion takes to cover that distance (the "
+            "trajectory has shrunk to a point). The share is chosen from the paper's figure: "
+            "at its scale (axes ±0.56 for r = 0.3) two points that close are drawn as one, "
+            "while the data's two tokens stay 2r apart at every step. A trained layer's time to "
+            "collapse is the upper median over its start pairs, a roll-out without collapse "
+            "counting as its length + 1."),
+    }
+    return [{"experiment": e, "text": notes[e]} for e in experiments if e in notes]
 
 
 def _particles_size(p: dict) -> str:
@@ -278,6 +314,7 @@ def build(numbers: list, benchmarks: list, registry: str | os.PathLike,
         registry_hash=registry_hash(registry),
         verdict_rule=VERDICT_RULE,
         sizes=experiment_sizes(config, [s["experiment"] for s in sections]),
+        method_notes=method_notes([s["experiment"] for s in sections]),
         provenance=provenance(),
         config_yaml=yaml.safe_dump(config, sort_keys=False, width=100, default_flow_style=None),
         times=times.to_dict(orient="records"),

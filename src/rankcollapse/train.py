@@ -3,11 +3,12 @@
     model = new_model(data.spec, variant, model_options, seed)
     result = train(model, data, TrainConfig(...), seed, checkpoint="ckpt.pt")
 
-AdamW, linear warm-up then cosine decay, gradient-norm clipping; batches drawn by a generator
-seeded from `seed`. Every `checkpoint_every` steps the model, optimiser, scheduler, history and
-all RNG states are written atomically; a restarted job resumes from there and, on the same
-device and thread count, ends bit-identical to an uninterrupted run. A non-finite loss or
-gradient norm stops training and is recorded as `diverged` with its step: a result, not a crash.
+AdamW, linear warm-up then cosine decay (or a constant rate), gradient-norm clipping; batches
+drawn by a generator seeded from `seed`. Every `checkpoint_every` steps the model, optimiser,
+scheduler, history and all RNG states are written atomically; a restarted job resumes from
+there and, on the same device and thread count, ends bit-identical to an uninterrupted run. A
+non-finite loss or gradient norm stops training and is recorded as `diverged` with its step: a
+result, not a crash.
 """
 
 from __future__ import annotations
@@ -38,16 +39,25 @@ class TrainConfig:
     batch: int = 64  # examples per step, drawn with replacement from the training set
     lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
     weight_decay: float = 0.01  # AdamW's decoupled weight decay
-    warmup: int = 40  # linear warm-up steps; then cosine decay to 0 at `steps`
+    warmup: int = 40  # linear warm-up steps; then the `schedule`
+    schedule: str = "cosine"  # after warm-up: cosine decay to 0 at `steps`, or "constant"
     clip: float = 1.0  # max global gradient norm
     checkpoint_every: int = 100  # steps between checkpoints (0: never)
     eval_every: int = 100  # steps between test-set evaluations (the last step always)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule={self.schedule!r}: allowed values are {list(SCHEDULES)}")
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
         from .config import from_fields
 
         return from_fields(cls, values, "training")
+
+
+# "constant" is Dong et al.'s Adam at a fixed rate (their circle and sorting runs).
+SCHEDULES = ("cosine", "constant")
 
 
 @dataclass
@@ -66,11 +76,14 @@ def new_model(spec: TaskSpec, variant: dict, model_options: dict, seed: int) -> 
 
 
 def schedule(cfg: TrainConfig):
-    """Learning-rate factor of step s: linear warm-up to 1, then cosine decay to 0."""
+    """Learning-rate factor of step s: linear warm-up to 1, then cosine decay to 0 (or 1
+    throughout, for the "constant" schedule)."""
 
     def factor(step: int) -> float:
         if step < cfg.warmup:
             return (step + 1) / cfg.warmup
+        if cfg.schedule == "constant":
+            return 1.0
         progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 

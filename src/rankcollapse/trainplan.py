@@ -47,6 +47,7 @@ class Group:
     model_options: dict  # width, heads, mlp_ratio, depth
     train_options: dict  # the TrainConfig fields every member shares
     members: tuple  # ({seed, lr, warmup, weight_decay}, ...), sorted
+    task_options: dict  # the data options (the config's `tasks.<task>`, E2's overrides)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,15 @@ def _settings(config: dict, experiment: str, task: str) -> tuple[dict, dict]:
         train = {**train, **paths.get("models", {}).get(task, {}), **paths.get("train", {})}
     return {k: train[k] for k in MODEL_KEYS}, {k: v for k, v in train.items()
                                                  if k not in (*MODEL_KEYS, *PLAN_KEYS)}
+
+
+def _task_options(config: dict, experiment: str, task: str) -> dict:
+    """The task's data options for an experiment's runs: `tasks.<task>`, with E2's overrides
+    from `paths.data` (Dong et al.'s data sizes, apart from the other experiments')."""
+    options = dict(config["tasks"][task])
+    if experiment == "E2":
+        options.update(config["paths"].get("data", {}).get(task, {}))
+    return options
 
 
 def _runs(config: dict, experiment: str) -> list[tuple[str, str, int, list[int]]]:
@@ -116,7 +126,7 @@ def experiment_groups(config: dict, experiment: str) -> dict[tuple, Group]:
         members = _members(seeds, {k: train.get(k, defaults[k]) for k in MEMBER_FIELDS})
         out[(task, variant, int(depth))] = Group(
             task, variant, int(depth), {**model, "depth": int(depth)}, shared,
-            tuple(sorted(members, key=_sort_key)))
+            tuple(sorted(members, key=_sort_key)), _task_options(config, experiment, task))
     return out
 
 
@@ -140,15 +150,15 @@ def groups(config: dict, experiments=EXPERIMENTS) -> dict[tuple, Group]:
                 out[key] = group
                 continue
             have = out[key]
-            if (have.model_options, have.train_options) != (group.model_options,
-                                                             group.train_options):
+            if (have.model_options, have.train_options, have.task_options) != (
+                    group.model_options, group.train_options, group.task_options):
                 raise ValueError(
                     f"{experiment} trains task {key[0]!r}, variant {key[1]!r}, depth {key[2]} "
-                    "with other model or training settings than another experiment; use a "
-                    "differently named copy of the variant")
+                    "with other model, training or data settings than another experiment; use "
+                    "a differently named copy of the variant")
             merged = {tuple(sorted(m.items())): m for m in (*have.members, *group.members)}
             out[key] = Group(*key, have.model_options, have.train_options,
-                             tuple(sorted(merged.values(), key=_sort_key)))
+                             tuple(sorted(merged.values(), key=_sort_key)), have.task_options)
     return out
 
 
@@ -169,7 +179,7 @@ def parameter_count(spec: TaskSpec, cfg: ModelConfig) -> int:
     the model, even on the meta device, is too slow to plan a paper-size grid)."""
     d, hidden = cfg.width, cfg.mlp_ratio * cfg.width
     norms = (cfg.norm != "none") * (1 + cfg.mlp)  # LayerNorms per block, 2d parameters each
-    block = 4 * d * d + 2 * d * norms + cfg.mlp * (2 * d * hidden + hidden + d)
+    block = 4 * d * d + 4 * d * cfg.bias + 2 * d * norms + cfg.mlp * (2 * d * hidden + hidden + d)
     embed = spec.input_dim * d + (d if spec.inputs == "features" else 0)
     tokens = spec.tokens + (spec.readout == "class_token")
     around = embed + (d if spec.readout == "class_token" else 0) + tokens * d + 2 * d \
@@ -206,7 +216,7 @@ def ensembles(config: dict, experiments=EXPERIMENTS) -> list[Job]:
     budget = config["train"].get("ensemble_memory_mb", 4096)
     jobs = []
     for key, group in groups(config, experiments).items():
-        per_member = member_memory_mb(group.task, config["tasks"][group.task],
+        per_member = member_memory_mb(group.task, group.task_options,
                                       config["variants"][group.variant], group.model_options,
                                       group.train_options["batch"])
         for part, members in enumerate(split(list(group.members), per_member, budget)):
@@ -217,7 +227,7 @@ def ensembles(config: dict, experiments=EXPERIMENTS) -> list[Job]:
 def job_params(config: dict, job: Job) -> dict:
     """Everything one training job needs (ensemble.run_job's arguments but the paths)."""
     group = groups(config)[job.key]
-    return {"task": job.task, "task_options": config["tasks"][job.task],
+    return {"task": job.task, "task_options": group.task_options,
             "variant": config["variants"][job.variant], "model_options": group.model_options,
             "train_options": group.train_options, "members": [dict(m) for m in job.members]}
 

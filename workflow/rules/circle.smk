@@ -1,14 +1,15 @@
-# E3: one attention layer applied recurrently to points on a circle: train (the shared training
-# loop, MSE) and roll out per (setup, width, seed); then one table.
+# E3: one attention layer applied recurrently to points on a circle: one job per width trains
+# every setup, all seeds of a setup as one ensemble (MSE, Adam at a constant rate), and rolls
+# each layer out; then one table.
 
 
 rule circle:
     output:
-        "results/circle/{setup}/w{width}/seed{seed}.parquet",
+        "results/circle/w{width}.parquet",
     log:
-        "results/logs/circle/{setup}/w{width}/seed{seed}.log",
+        "results/logs/circle/w{width}.log",
     benchmark:
-        "results/benchmarks/circle/{setup}/w{width}/seed{seed}.tsv"
+        "results/benchmarks/circle/w{width}.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

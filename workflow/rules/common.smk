@@ -26,7 +26,6 @@ wildcard_constraints:
     task="[a-z][a-z0-9_]*",
     depth="[0-9]+",
     model="[a-z]+",
-    setup="[a-z][a-z_]*",
     width="[0-9]+",
 
 
@@ -242,29 +241,24 @@ def path_tables(wildcards=None):
 
 
 def circle_tables(wildcards=None):
-    """E3's per-job rollout tables, one per (setup, width, seed)."""
-    c = config["circle"]
-    return expand(
-        "results/circle/{setup}/w{width}/seed{seed}.parquet",
-        setup=c["setups"],
-        width=c["widths"],
-        seed=c["seeds"],
-    )
+    """E3's per-job roll-out tables, one per width, every setup and seed in each."""
+    return expand("results/circle/w{width}.parquet", width=config["circle"]["widths"])
 
 
 def circle_params(wildcards):
     c = config["circle"]
-    data_keys = ("points", "radius", "train_size", "test_size", "data_seed")
+    train = ("steps", "batch", "lr", "warmup", "schedule", "weight_decay", "clip")
     return {
-        "setup": wildcards.setup,
+        "setups": c["setups"],
         "width": int(wildcards.width),
         "heads": c["heads"],
         "mlp_ratio": c["mlp_ratio"],
-        "task_options": {k: c[k] for k in data_keys},
-        "train_options": {k: c[k] for k in ("steps", "batch", "lr", "warmup")}
+        "task_options": {k: c[k] for k in ("points", "radius")},
+        "train_options": {k: c[k] for k in train}
         | {"checkpoint_every": 0, "eval_every": c["steps"]},
         "rollout_steps": c["rollout"],
         "starts": c["starts"],
+        "seeds": c["seeds"],
     }
 
 

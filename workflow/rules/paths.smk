@@ -1,5 +1,6 @@
-# E2: token accuracy of trained san_skip networks using only paths of length <= k (exact DP and
-# the original sampled-path protocol), every member of one training ensemble; then one table.
+# E2: token accuracy of trained networks using only some paths: the original sampled-path
+# protocol (every network) and our exact path sums (LN-free networks), every member of one
+# training ensemble; then one table.
 
 
 rule path_accuracy:

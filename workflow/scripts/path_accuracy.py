@@ -1,5 +1,6 @@
-"""Path job: token accuracy by path length of every member of one trained san_skip ensemble
--> parquet (one block of rows per member, with its identity columns)."""
+"""Path job: token accuracy by path length of every member of one trained ensemble (Dong et
+al.'s post-LN network or our LN-free one) -> parquet (a block of rows per member, with its
+identity columns)."""
 
 import logging
 
@@ -8,18 +9,23 @@ import pandas as pd
 from rankcollapse import io
 from rankcollapse.ensemble import Member, load_members
 from rankcollapse.paths import measure_saved
+from rankcollapse.tasks import make_task
 from rankcollapse.train import TrainConfig
 
 io.log_to(snakemake.log[0])
 w = snakemake.wildcards
+members = load_members(snakemake.input.ensemble)
+first = members[0]["settings"]  # every member of an ensemble trains on the same data
+data = make_task(first["task"], **first["task_options"])
 tables = []
-for saved in load_members(snakemake.input.ensemble):
+for saved in members:
     table = measure_saved(
         saved,
         eval_size=snakemake.params.eval_size,
         samples=snakemake.params.samples,
         repeats=snakemake.params.repeats,
         threads=snakemake.threads,
+        data=data,
     )
     settings = saved["settings"]
     member = Member(settings["seed"], TrainConfig(**settings["train"]))

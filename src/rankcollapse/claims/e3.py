@@ -1,0 +1,102 @@
+"""E3's claims: circular trajectories of one layer applied recurrently (Dong et al. 2021, §4).
+
+Input: the per-roll-out collapse times (`circle.collapse_steps`). A trained layer (setup,
+width, seed) is the unit of replication; its time to collapse is the upper median over its
+start pairs, a roll-out that does not collapse counting as its length + 1, so a layer has
+collapsed when more than half of its roll-outs have.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from . import Measurement, not_testable, over_runs
+
+IDS = ("E3.no_skip_collapses", "E3.skip_prevents_collapse", "E3.mlp_counteracts",
+       "E3.wider_collapses_faster", "E3.no_skip_collapses_attention_only",
+       "E3.skip_prevents_collapse_attention_only")
+# claim -> the setups whose layers it pools (every width)
+SHARE_SETUPS = {
+    "E3.no_skip_collapses": ("ln",),
+    "E3.skip_prevents_collapse": ("ln_skip", "ln_skip_mlp"),
+    "E3.no_skip_collapses_attention_only": ("attn",),
+    "E3.skip_prevents_collapse_attention_only": ("attn_skip",),
+}
+NO_SKIP_ORIGINAL = ("ln", "ln_mlp")
+
+
+def layer_times(rollouts: pd.DataFrame) -> pd.DataFrame:
+    """One row per trained layer (setup, width, seed): time_to_collapse (the upper median over
+    its start pairs, no collapse = last step + 1), collapsed (that time within the roll-out),
+    and the share of its start pairs that collapsed."""
+    rows = []
+    for (setup, width, seed), t in rollouts.groupby(["setup", "width", "seed"], sort=False):
+        last = int(t.last_step.max())
+        times = t.collapse_step.fillna(last + 1).to_numpy(float)
+        time = float(np.quantile(times, 0.5, method="higher"))
+        rows.append({"setup": setup, "width": int(width), "seed": int(seed),
+                     "protocol": t.protocol.iloc[0], "skip": bool(t.skip.iloc[0]),
+                     "mlp": bool(t.mlp.iloc[0]), "time_to_collapse": time,
+                     "collapsed": time <= last, "share_collapsed": float(t.collapse_step.notna()
+                                                                         .mean()),
+                     "last_step": last})
+    return pd.DataFrame(rows)
+
+
+def _share(runs: list) -> float:
+    return float(np.mean(runs))
+
+
+def _ratio(num: str, den: str):
+    """Mean time of the `num` entries over the mean of the `den` entries, over runs that are
+    dicts holding both."""
+    def statistic(runs: list[dict]) -> float:
+        both = [r for r in runs if num in r and den in r]
+        if not both:
+            return float("nan")
+        return float(np.mean([r[num] for r in both]) / np.mean([r[den] for r in both]))
+    return statistic
+
+
+def measure(rollouts: pd.DataFrame, resamples: int = 1000) -> list[Measurement]:
+    """rollouts: circle.collapse_steps of E3's table. One Measurement per id in IDS, in order."""
+    layers = layer_times(rollouts)
+    present = set(layers.setup)
+    out = {}
+    for cid, setups in SHARE_SETUPS.items():
+        mine = layers[layers.setup.isin(setups)]
+        if mine.empty:
+            out[cid] = not_testable(cid, f"setups {list(setups)} not in this run")
+            continue
+        units = {(r.setup, r.width, r.seed): float(r.collapsed) for r in mine.itertuples()}
+        out[cid] = over_runs(cid, units, _share, resamples, unit="trained layers",
+                             note=f"{', '.join(setups)} at widths "
+                                  f"{sorted(mine.width.unique())}")
+    cid = "E3.mlp_counteracts"
+    if not {"ln", "ln_mlp"} <= present:
+        out[cid] = not_testable(cid, "needs setups ln and ln_mlp")
+    else:
+        mine = layers[layers.setup.isin(("ln", "ln_mlp"))]
+        units = {key: dict(zip(t.setup, t.time_to_collapse, strict=True))
+                 for key, t in mine.groupby(["width", "seed"])}
+        out[cid] = over_runs(cid, units, _ratio("ln_mlp", "ln"), resamples,
+                             unit="seed × width pairs of layers",
+                             note=f"widths {sorted(mine.width.unique())}")
+    cid = "E3.wider_collapses_faster"
+    mine = layers[layers.setup.isin(NO_SKIP_ORIGINAL)]
+    widths = sorted(mine.width.unique())
+    if len(widths) < 2:
+        out[cid] = not_testable(cid, "needs at least two widths of a no-skip original setup")
+    else:
+        narrow, wide = widths[0], widths[-1]
+        units = {}
+        for seed, t in mine.groupby("seed"):
+            by_width = t.groupby("width").time_to_collapse.mean()
+            if {narrow, wide} <= set(by_width.index):
+                units[int(seed)] = {"wide": by_width[wide], "narrow": by_width[narrow]}
+        out[cid] = (over_runs(cid, units, _ratio("wide", "narrow"), resamples,
+                              note=f"d = {wide} over d = {narrow}; "
+                                   f"{', '.join(sorted(set(mine.setup)))}")
+                    if units else not_testable(cid, "no seed trained at both widths"))
+    return [out[cid] for cid in IDS]

@@ -2,7 +2,6 @@
 # Logic belongs in src/rankcollapse; this file stays small.
 from snakemake.utils import min_version, validate
 
-from rankcollapse import homogenized, trainplan
 from rankcollapse.config import check_config, check_schema, load_schema
 
 min_version("9.0")
@@ -12,6 +11,10 @@ min_version("9.0")
 check_schema(config, load_schema(workflow.source_path("../schemas/config.schema.yaml")))
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
+
+# The planners import torch (seconds per snakemake start): only once the config has passed, so a
+# bad config is refused quickly.
+from rankcollapse import homogenized, trainplan  # noqa: E402
 
 
 wildcard_constraints:

@@ -26,6 +26,13 @@ from pathlib import Path
 
 import pytest
 
+# One thread per process for torch, OpenMP and BLAS, here and in every process a test starts: the
+# real runs below share the machine's cores with the unit tests, and an oversubscribed OpenMP
+# runtime spins (CI measured unit tests 15x slower than alone). Jobs still set their own torch
+# thread count (rankcollapse.runtime.setup); a test that needs more sets it itself.
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 

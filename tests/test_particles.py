@@ -52,8 +52,6 @@ from rankcollapse.particles import (
     uniform_tokens,
 )
 
-torch.set_num_threads(2)
-
 
 def fixed_tokens(n: int, d: int, seed: int = 3) -> torch.Tensor:
     """One fixed configuration ``(n, d)`` shared by all runs of a test."""

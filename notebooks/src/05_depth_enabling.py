@@ -83,7 +83,9 @@ print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements 
 # ## The sweep
 # Validation metric of every sweep member against its peak learning rate, one line per depth
 # (solid: the shorter warm-up, dashed: the longer), a panel per variant; the star marks the
-# selected setting of each depth. Diverged members are drawn at chance.
+# selected setting of each depth. Diverged members are drawn at chance. On text the validation
+# and test blocks are different parts of the manual, so their bits per character differ in
+# level (the validation block is harder); the selection compares settings on one block only.
 
 # %%
 sweep = tuning[tuning.role == "sweep"].copy()

@@ -41,7 +41,8 @@ def default_sizes() -> tuple[dict, dict, str, dict]:
     at the middle depth of its depth grid."""
     config = yaml.safe_load((HERE.parent / "workflow/config/default.yaml").read_text())
     t, grid = config["train"], config["depth_grid"]
-    depths = sorted(grid["depths"])
+    depths = grid["depths"]
+    depths = sorted(depths[grid["tasks"][0]] if isinstance(depths, dict) else depths)
     model = {"width": t["width"], "heads": t["heads"], "mlp_ratio": t["mlp_ratio"],
              "depth": depths[len(depths) // 2]}
     options = {"steps": STEPS, "batch": t["batch"], "lr": t["lr"], "warmup": t["warmup"],

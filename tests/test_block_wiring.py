@@ -201,7 +201,7 @@ def far(a: Tensor, b: Tensor) -> bool:
 def test_block_matches_the_wiring_by_hand(cfg, capture):
     w, x = draw(1), tokens()
     expected, maps = block_by_hand(x, w, cfg)
-    out, attn = block_with(w, cfg)(x, capture)
+    out, _mid, attn = block_with(w, cfg)(x, capture)
     torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-11)
     if capture:
         torch.testing.assert_close(attn, maps, rtol=1e-9, atol=1e-11)
@@ -252,7 +252,7 @@ def test_averaging_attention_in_closed_form(norm, tau, capture):
     post -> LN(x + (1-tau) mean(x)). At tau = 1 the branch vanishes and x passes unchanged
     (none, pre): de-escalation never centres the residual itself."""
     w, x = averaging(), tokens()
-    out, attn = block_with(w, config(norm, mlp=False, deescalate=tau))(x, capture)
+    out, _mid, attn = block_with(w, config(norm, mlp=False, deescalate=tau))(x, capture)
     inner = layer_norm(x, w.ln["attn_in"]) if norm == "pre" else x
     expected = x + (1 - tau) * token_mean(inner)
     if norm == "post":
@@ -270,10 +270,10 @@ def test_centred_averaging_attention_is_zero(norm):
     """(A - 11^T/n) = 0 for uniform A: the attention sublayer is the identity, or LN under
     post-LN; the plain block adds the token mean."""
     w, x = averaging(), tokens()
-    out, _ = block_with(w, config(norm, mlp=False, center_attention=True))(x)
+    out, _mid, _ = block_with(w, config(norm, mlp=False, center_attention=True))(x)
     expected = layer_norm(x, w.ln["attn_out"]) if norm == "post" else x
     torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-11)
-    plain, _ = block_with(w, config(norm, mlp=False))(x)
+    plain, _mid, _ = block_with(w, config(norm, mlp=False))(x)
     assert far(plain, expected)
 
 
@@ -283,7 +283,7 @@ def test_without_skip_the_input_is_dropped(norm):
     added. With the averaging branch f(x) = 1 mean(x), adding to x anything with zero token mean
     leaves the output unchanged without the skip, and changes it with the skip."""
     w, x = averaging(), tokens()
-    out, _ = block_with(w, config(norm, skip=False, mlp=False))(x)
+    out, _mid, _ = block_with(w, config(norm, skip=False, mlp=False))(x)
     branch = token_mean(layer_norm(x, w.ln["attn_in"]) if norm == "pre" else x).expand_as(x)
     expected = layer_norm(branch, w.ln["attn_out"]) if norm == "post" else branch
     torch.testing.assert_close(out, expected, rtol=1e-9, atol=1e-11)
@@ -326,7 +326,7 @@ def test_attention_sublayer_output_feeds_the_mlp_sublayer(norm):
     w, x = draw(4), tokens()
     block = block_with(w, config(norm))
     attn_only = block_with(w, config(norm, mlp=False))
-    z, _ = attn_only(x)
+    z, _mid, _ = attn_only(x)
     torch.testing.assert_close(block(x)[0], block.ffn(z), rtol=1e-9, atol=1e-11)
     assert far(block(x)[0], block.ffn(x))
 
@@ -340,7 +340,7 @@ def test_deescalation_centres_the_attention_branch_only(norm, tau):
     before the post-LN. Not on the residual x, not after the LN, not on the MLP output."""
     w, x = draw(5), tokens()
     cfg = config(norm, mlp=False, deescalate=tau)
-    out, _ = block_with(w, cfg)(x)
+    out, _mid, _ = block_with(w, cfg)(x)
     y, _ = attention(layer_norm(x, w.ln["attn_in"]) if norm == "pre" else x, w)
     post = (lambda t: layer_norm(t, w.ln["attn_out"])) if norm == "post" else (lambda t: t)
     right = post(x + (y - tau * token_mean(y)))
@@ -351,7 +351,7 @@ def test_deescalation_centres_the_attention_branch_only(norm, tau):
 
     # With the MLP: its output is not centred; only the attention branch is.
     block = block_with(w, config(norm, deescalate=tau))
-    z, _ = block_with(w, config(norm, mlp=False, deescalate=tau))(x)
+    z, _mid, _ = block_with(w, config(norm, mlp=False, deescalate=tau))(x)
     f = mlp(layer_norm(z, w.ln["ffn.inp"]) if norm == "pre" else z, w)
     if norm != "post":
         torch.testing.assert_close(block(x)[0] - z, f, rtol=1e-9, atol=1e-11)
@@ -365,10 +365,10 @@ def test_full_deescalation_keeps_the_token_mean_of_the_stream():
     """tau = 1, no norm, no MLP: the branch has zero token mean, so the output's token mean is
     the input's, which is not zero (the residual stream is not centred)."""
     w, x = draw(6), tokens()
-    out, _ = block_with(w, config("none", mlp=False, deescalate=1.0))(x)
+    out, _mid, _ = block_with(w, config("none", mlp=False, deescalate=1.0))(x)
     torch.testing.assert_close(token_mean(out), token_mean(x), rtol=1e-9, atol=1e-11)
     assert token_mean(x).abs().max() > 0.1
-    plain, _ = block_with(w, config("none", mlp=False))(x)
+    plain, _mid, _ = block_with(w, config("none", mlp=False))(x)
     assert far(token_mean(plain), token_mean(x))
 
 
@@ -406,7 +406,7 @@ def test_centred_attention_is_a_minus_uniform_inside_attention(temperature):
 def test_branch_scale_multiplies_both_branches_not_the_residual(norm):
     """inv_sqrt_depth with L = 4: post(x + h/2), then post(z + f(z)/2); x and z unscaled."""
     w, x = draw(8), tokens()
-    out, _ = block_with(w, config(norm, branch_scale="inv_sqrt_depth"))(x)
+    out, _mid, _ = block_with(w, config(norm, branch_scale="inv_sqrt_depth"))(x)
     pre = {"none": lambda t, _: t, "pre": layer_norm, "post": lambda t, _: t}[norm]
     post = {"none": lambda t, _: t, "pre": lambda t, _: t, "post": layer_norm}[norm]
 
@@ -444,7 +444,7 @@ def test_trace_holds_the_input_and_every_block_output(cfg):
     assert torch.equal(trace.hidden[-1], out)
     state = x
     for i, (block, w) in enumerate(zip(model.blocks, ws, strict=True)):
-        one, _ = block(trace.hidden[i])
+        one = block(trace.hidden[i])[0]
         torch.testing.assert_close(trace.hidden[i + 1], one, rtol=1e-9, atol=1e-11)
         state, maps = block_by_hand(state, w, cfg)
         torch.testing.assert_close(trace.hidden[i + 1], state, rtol=1e-9, atol=1e-11)

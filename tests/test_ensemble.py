@@ -41,7 +41,9 @@ TOLERANCE = {torch.float64: {"rtol": 1e-9, "atol": 1e-11},
 
 
 def _task(name: str, dtype: torch.dtype) -> TaskData:
-    options = {"train_size": 256, "test_size": 64} if name == "sorting" else {}
+    # Raw digits pixels: the float32 tolerances below were set on them (centred inputs change
+    # the rounding, not the equivalence, which float64 checks tightly).
+    options = {"train_size": 256, "test_size": 64} if name == "sorting" else {"features": "raw"}
     data = make_task(name, **options)
     if data.spec.inputs == "features":  # ids stay integers; features take the model's dtype
         data = TaskData(data.spec, data.x_train.to(dtype), data.y_train, data.x_test.to(dtype),

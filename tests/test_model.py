@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rankcollapse.model import PRESETS, ModelConfig, Transformer, build
+from rankcollapse.model import PRESETS, ModelConfig, Transformer, build, token_mean
 
 VARIANTS = sorted(PRESETS)
 
@@ -130,3 +130,70 @@ def test_attention_biases_are_a_switch_off_by_default():
     expected = (A @ v).transpose(1, 2).reshape(2, 5, 16) @ attn.proj.weight.T + attn.proj.bias
     for capture in (False, True):
         torch.testing.assert_close(attn(x, capture=capture)[0], expected)
+
+
+# --- de-escalation placements and causal attention ----------------------------------------
+
+
+def _block(**switches):
+    torch.manual_seed(0)
+    cfg = ModelConfig(width=16, heads=2, depth=1, **{"norm": "post", **switches})
+    return Transformer(cfg).double().blocks[0]
+
+
+def test_output_placement_centres_after_the_post_ln():
+    """deescalate_at=output: the attention sublayer's output (after its post-LN) has zero token
+    mean; with deescalate_mlp the block output too."""
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    out, mid, _ = _block(deescalate=1.0, deescalate_at="output", deescalate_mlp=True)(x)
+    torch.testing.assert_close(mid.mean(-2), torch.zeros(3, 16, dtype=torch.float64))
+    torch.testing.assert_close(out.mean(-2), torch.zeros(3, 16, dtype=torch.float64))
+    out, mid, _ = _block(deescalate=1.0, deescalate_at="output")(x)
+    torch.testing.assert_close(mid.mean(-2), torch.zeros(3, 16, dtype=torch.float64))
+    assert out.mean(-2).abs().max() > 1e-3  # the MLP is left alone without deescalate_mlp
+
+
+def test_branch_placement_leaves_the_post_ln_output_uncentred():
+    x = torch.randn(3, 7, 16, dtype=torch.float64)
+    _, mid, _ = _block(deescalate=1.0)(x)
+    assert mid.mean(-2).abs().max() > 1e-3  # LN(x + centred branch) is not centred
+
+
+def test_mlp_branch_is_centred_with_deescalate_mlp():
+    block = _block(deescalate=1.0, deescalate_mlp=True, mlp=True)
+    z = torch.randn(3, 7, 16, dtype=torch.float64)
+    ffn = block.ffn
+    h = ffn.centre_branch(ffn.f(ffn.inp(z)))
+    torch.testing.assert_close(h.mean(-2), torch.zeros(3, 16, dtype=torch.float64))
+    plain = _block(deescalate=1.0).ffn
+    assert plain.centre_branch.__class__.__name__ == "Identity"
+
+
+def test_placements_are_checked():
+    with pytest.raises(ValueError, match="deescalate_at"):
+        ModelConfig(deescalate_at="before")
+
+
+def test_causal_attention_never_looks_ahead():
+    """Changing a later token leaves every earlier output unchanged (both attention paths, with
+    de-escalation and centred attention, which then use the prefix mean)."""
+    for switches in ({}, {"deescalate": 1.0}, {"center_attention": True},
+                     {"deescalate": 1.0, "deescalate_at": "output", "deescalate_mlp": True}):
+        torch.manual_seed(0)
+        model = Transformer(ModelConfig(width=16, heads=2, depth=2, causal=True,
+                                        **switches)).double()
+        x = torch.randn(2, 6, 16, dtype=torch.float64)
+        y = x.clone()
+        y[:, 4:] += 1.0
+        for capture in (False, True):
+            a, b = model(x, capture)[0], model(y, capture)[0]
+            torch.testing.assert_close(a[:, :4], b[:, :4])
+            assert (a[:, 4:] - b[:, 4:]).abs().max() > 1e-3
+        _, trace = model(x, capture=True)
+        assert torch.all(trace.attention[0].triu(1) == 0)  # lower-triangular
+
+
+def test_prefix_mean():
+    x = torch.arange(6.0).view(1, 3, 2)
+    torch.testing.assert_close(token_mean(x, causal=True)[0, 1], x[0, :2].mean(0))
+    torch.testing.assert_close(token_mean(x)[0, 0], x[0].mean(0))

@@ -37,8 +37,8 @@ def _config(**blocks) -> dict:
 
 def test_members_are_seeds_times_the_optimiser_sweep():
     config = _config(train={"lr": [1e-3, 2e-3, 4e-3], "warmup": [10, 40]},
-                     depth_grid={"seeds": [0, 1, 2]})
-    group = trainplan.experiment_groups(config, "E5")[("digits", "post_ln", 8)]
+                     escalation={"seeds": [0, 1, 2]})
+    group = trainplan.experiment_groups(config, "E4")[("digits", "post_ln", 16)]
     assert len(group.members) == 3 * 3 * 2
     assert {(m["seed"], m["lr"], m["warmup"]) for m in group.members} == {
         (s, lr, w) for s in (0, 1, 2) for lr in (1e-3, 2e-3, 4e-3) for w in (10, 40)}
@@ -47,9 +47,9 @@ def test_members_are_seeds_times_the_optimiser_sweep():
 
 
 def test_one_ensemble_per_architecture_holds_every_experiment_s_members():
-    config = _config(escalation={"seeds": [0, 5]}, depth_grid={"seeds": [0, 1]})
+    config = _config(escalation={"seeds": [0, 5]}, rival_fixes={"seeds": [0, 1], "depths": [16]})
     groups = trainplan.groups(config)
-    shared = groups[("digits", "post_ln", 16)]  # trained by E4 and E5
+    shared = groups[("digits", "post_ln", 16)]  # trained by E4 and E5b
     assert [m["seed"] for m in shared.members] == [0, 1, 5]
     jobs = trainplan.ensembles(config)
     assert len({j.key for j in jobs}) == len(groups)
@@ -68,7 +68,7 @@ def test_e2_runs_take_their_model_data_and_optimiser_from_paths():
     assert group.task_options == {**DEFAULT["tasks"]["sorting"], "train_size": 1000,
                                   "test_size": 200}
     assert DEFAULT["tasks"]["sorting"]["train_size"] != 1000
-    config = _config(depth_grid={"tasks": ["sorting"], "variants": ["post_ln"]})
+    config = _config(rival_fixes={"task": "sorting", "variants": ["post_ln"], "depths": [2]})
     assert trainplan.groups(config)[("sorting", "post_ln", 2)].task_options \
         == config["tasks"]["sorting"]
     job = next(j for j in trainplan.ensembles(DEFAULT)
@@ -80,6 +80,25 @@ def test_conflicting_settings_for_one_architecture_are_a_config_error():
     config = _config(rival_fixes={"task": "sorting", "variants": ["san_skip"], "depths": [6]})
     with pytest.raises(ConfigError, match="other model, training or data settings"):
         check_config(config)
+
+
+def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
+    config = _config(depth_grid={"tasks": ["digits", "text"], "depths": {"digits": [2, 8],
+                                                                        "text": [2, 4]},
+                                 "placements": ["post_ln_deesc_mlp"],
+                                 "placement_tasks": ["digits"]})
+    runs = trainplan.tuned_runs(config)
+    variants = config["depth_grid"]["variants"]
+    assert len(runs) == 2 * len(variants) + 2 * len(variants) + 1
+    assert ("digits", "post_ln_deesc_mlp", 8) in runs
+    assert not any(v == "post_ln_deesc_mlp" for t, v, _ in runs if t == "text")
+    params = trainplan.tuned_params(config, "text", "post_ln", 4)
+    assert params["model_options"]["depth"] == 4
+    assert params["train_options"]["steps"] == config["depth_grid"]["steps"]
+    assert params["sweep"]["lr"] == config["depth_grid"]["lr"]
+    assert not set(params["tuning_seeds"]) & set(params["final_seeds"])
+    assert ("digits", "post_ln", 2) not in {j.key for j in trainplan.ensembles(config)
+                                            if j.depth == 2}  # E5 is not a `train` job
 
 
 @given(st.integers(1, 60), st.floats(1.0, 500.0), st.floats(1.0, 5000.0))
@@ -95,11 +114,11 @@ def test_split_is_contiguous_near_equal_and_fits(count, per_member, budget):
 
 
 def test_memory_budget_splits_an_architecture_deterministically():
-    config = _config(depth_grid={"seeds": list(range(10))})
-    group = trainplan.groups(config)[("digits", "post_ln", 32)]
+    config = _config(escalation={"seeds": list(range(10))})
+    group = trainplan.groups(config)[("digits", "post_ln", 16)]
     per = trainplan.member_memory_mb("digits", {}, PRESETS["post_ln"], group.model_options, 64)
     config["train"]["ensemble_memory_mb"] = int(per * 4) + 1  # 4 members fit, not 5
-    jobs = [j for j in trainplan.ensembles(config) if j.key == ("digits", "post_ln", 32)]
+    jobs = [j for j in trainplan.ensembles(config) if j.key == ("digits", "post_ln", 16)]
     assert [len(j.members) for j in jobs] == [3, 4, 3] and [j.part for j in jobs] == [0, 1, 2]
     assert [m["seed"] for j in jobs for m in j.members] == list(range(10))
     assert jobs == [j for j in trainplan.ensembles(config) if j.key == jobs[0].key]

@@ -20,6 +20,15 @@
 # Three views of the same variants: at initialisation on random Gaussian sequences (E1's table),
 # at initialisation on the task's test images, and after training (this experiment's jobs).
 # Ours are small models on 8×8 digits; the paper's are ViTs on CIFAR-10 and Transformer-XL.
+#
+# **No blank tokens.** With raw pixels about a quarter of the digits' 2×2 patches are blank:
+# their embeddings are exactly zero (the patch embedding has no bias), so those tokens differ
+# only by their 0.02-scale positional vectors and t_sim is high at layer 0 for a reason of the
+# data. The digits patches are therefore centred by default (the per-pixel training mean
+# subtracted); below, layer-0 t_sim with raw and with centred patches, and a check that no
+# token is blank. **Per sublayer.** The trace also records the stream after each block's
+# attention sublayer (before its MLP), so where t_sim rises — in attention or in the MLP — is
+# visible per layer.
 
 # %% tags=["parameters"]
 experiment = "E4"
@@ -28,7 +37,8 @@ settings = {
     "escalation": {"task": "digits", "variants": ["post_ln", "pre_ln", "san_skip", "post_ln_deesc"],
                    "depth": 16, "seeds": [0, 1]},
     "train": {"width": 32, "heads": 2, "steps": 400},
-    "tasks": {},
+    "tasks": {"digits": {"patch": 2, "test_fraction": 0.2, "data_seed": 0, "val_fraction": 0.1,
+                         "features": "centred"}},
 }
 figures_dir = "report/figures/E4"
 numbers_path = "results/numbers/E4.json"
@@ -40,10 +50,9 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from rankcollapse import io, plotting
-from rankcollapse.claims import Claim
+from rankcollapse.claims import e4 as e4_claims
 from rankcollapse.notebooks import section
-from rankcollapse.analysis import bootstrap_over_seeds
-from rankcollapse.trained import escalation_fits
+from rankcollapse.trained import blank_patch_share, escalation_fits, layer0_similarity
 
 plotting.use_style()
 esc = settings["escalation"]
@@ -164,92 +173,71 @@ axes[2].legend(frameon=False, fontsize=7)
 fig_gap = plotting.save(fig, figures_dir, "attention_lambda2")
 
 # %% [markdown]
-# ## Claims
+# ## t_sim after the attention sublayer and after the MLP
+# Per layer, median over sequences and seeds, at init and after training on the task's test
+# images: solid after the whole block, dotted after its attention sublayer (before the MLP). A
+# block whose solid point lies above its dotted one has had its t_sim raised by the MLP.
 
 # %%
-def fit_claim(cid, statement, source, view, variant, key, quantity, low, high, paper, reason):
-    t = VIEWS[view][0]
-    t = t[t.variant == variant]
-    if t.token_similarity.notna().sum() == 0:
-        return Claim(cid, statement, source, quantity, None, None, low, high, paper,
-                     reason=f"{variant} not measured ({view})")
-    value, interval = bootstrap_over_seeds(t, lambda d: escalation_fits(d, FLOORS[view])[key], B)
-    return Claim(cid, statement, source, f"{quantity} ({B} bootstrap resamples over seeds)",
-                 value, interval, low, high, paper, reason=reason.format(v=value))
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True, sharey=True)
+for ax, stage in zip(axes, ["init", "trained"]):
+    t = metrics[(metrics.stage == stage)]
+    for variant in variants:
+        tv = t[t.variant == variant]
+        if not tv.token_similarity.notna().any():
+            continue
+        color = plotting.variant_color(variant)
+        block = tv.groupby("layer").token_similarity.median()
+        ax.plot(block.index, block.values, color=color, lw=1.6,
+                label=plotting.variant_label(variant))
+        if "token_similarity_after_attention" in tv:
+            mid = tv[tv.layer > 0].groupby("layer").token_similarity_after_attention.median()
+            ax.plot(mid.index, mid.values, ":", color=color, lw=1.4, marker=".", ms=3)
+    ax.set_title(f"{esc['task']}, {'at init' if stage == 'init' else 'after training'} "
+                 "(solid: block, dotted: after attention)")
+    ax.set_xlabel("layer l")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(-0.02, 1.02)
+axes[0].set_ylabel("t_sim")
+axes[1].legend(frameon=False, fontsize=7)
+fig_sublayer = plotting.save(fig, figures_dir, "tsim_per_sublayer")
 
+# %% [markdown]
+# ## The blank-token confound: layer 0 with raw and with centred patches
+# t_sim of the embedded test images (the stack's input, layer 0) of post-LN models at init, one
+# per E4 seed, with raw pixels and with the configured (centred) patches; and the share of
+# patches whose features are all zero.
 
-def gap_of_fits(d):
-    f = escalation_fits(d)
-    return f["log_r2"] - f["lin_r2"]
-
-
-claims = [
-    fit_claim("E4.escalation_post_ln_init",
-              "Token similarity escalates with depth in the classic post-norm transformer: "
-              "t_div shrinks by a constant factor per layer.",
-              "Yu & Zhang, §3 (token similarity escalation)", "init_gaussian", "post_ln", "rho",
-              "per-layer factor ρ of t_div, post-LN at init (E1 inputs)", 0.0, 0.99,
-              "escalation at a linear rate", "t_div shrinks by ρ = {v:.3f} per layer"),
-    fit_claim("E4.escalation_post_ln_trained",
-              "Trained post-norm networks still show escalating token similarity.",
-              "Yu & Zhang, §3 and §5", "trained", "post_ln", "rho",
-              "per-layer factor ρ of t_div, trained post-LN", 0.0, 0.99, None,
-              "after training t_div changes by ρ = {v:.3f} per layer"),
-    fit_claim("E4.linear_rate_log_reading",
-              "The rate is linear in the optimisation sense: log t_div is a straight line in "
-              "depth (post-LN at init).",
-              "Yu & Zhang, §3 (linear rate)", "init_gaussian", "post_ln", "log_r2",
-              "R² of log t_div against layer, post-LN at init", 0.9, 1.0, "linear rate",
-              "R² = {v:.3f}"),
-]
-t_post = VIEWS["init_gaussian"][0]
-t_post = t_post[t_post.variant == "post_ln"]
-if len(t_post):
-    value, interval = bootstrap_over_seeds(t_post, gap_of_fits, B)
+# %%
+task_options = dict(settings["tasks"].get(esc["task"], {}))
+is_digits = esc["task"] == "digits"
+model_options = {k: settings["train"][k] for k in ("width", "heads", "mlp_ratio")
+                 if k in settings["train"]}
+if is_digits:
+    layer0 = layer0_similarity(task_options, {"skip": True, "mlp": True, "norm": "post"},
+                               {**model_options, "depth": 1}, esc["seeds"],
+                               features=["raw", task_options.get("features", "centred")])
+    blank = {f: blank_patch_share({**task_options, "features": f})
+             for f in ("raw", task_options.get("features", "centred"))}
+    layer0_table = layer0.groupby("features").token_similarity.agg(["mean", "min", "max"])
+    layer0_table["blank patches"] = [blank[f] for f in layer0_table.index]
 else:
-    value, interval = None, None
-claims.append(Claim(
-    "E4.which_reading",
-    "Of the two readings of 'linear rate', the optimisation sense (constant factor on t_div) "
-    "fits better than t_sim growing linearly in depth.",
-    "Yu & Zhang, §3; issue note on the two readings",
-    f"R²(log t_div) − R²(t_sim linear), post-LN at init ({B} bootstrap resamples over seeds)",
-    value, interval, 0.0, np.inf, None,
-    reason="positive: the geometric (optimisation-sense) reading fits better"
-    if value is not None and value > 0 else "the straight-line reading fits at least as well"))
-claims.append(fit_claim(
-    "E4.deescalation_holds_tdiv",
-    "De-escalation (τ = 1) stops the escalation: t_div no longer shrinks with depth.",
-    "Yu & Zhang, §4 (de-escalation)", "init_gaussian", "post_ln_deesc", "rho",
-    "per-layer factor ρ of t_div, post-LN + de-escalation at init (E1 inputs)", 0.99, np.inf,
-    None, "t_div changes by ρ = {v:.3f} per layer"))
-claims.append(fit_claim(
-    "E4.deescalation_holds_tdiv_trained",
-    "After training, de-escalated post-norm networks keep t_div from shrinking with depth.",
-    "Yu & Zhang, §4–5", "trained", "post_ln_deesc", "rho",
-    "per-layer factor ρ of t_div, trained post-LN + de-escalation", 0.99, np.inf,
-    None, "t_div changes by ρ = {v:.3f} per layer"))
+    layer0, blank, layer0_table = None, {}, pd.DataFrame()
+layer0_table
 
-# |λ₂| of a network whose tokens have already collapsed is trivially 0 (uniform, rank-one
-# attention), so the claim is measured on a variant that trains at every depth: pre-LN.
+# %% [markdown]
+# ## Claims
+# Registered in workflow/claims.yaml before the runs; measured by `rankcollapse.claims.e4`,
+# resampling whole seeds (the range of the seeds when fewer than 5).
+
+# %%
+views = {name: t for name, (t, _) in VIEWS.items()}
+measurements = e4_claims.measure(
+    views, FLOORS, blank.get(task_options.get("features", "centred")) if is_digits else None,
+    layer0, B)
 median_lambda2 = (metrics[(metrics.stage == "trained") & (metrics.layer > 0)]
                   .groupby("variant").attn_lambda2.median())
-trained_pre = metrics[(metrics.stage == "trained") & (metrics.variant == "pre_ln")
-                      & (metrics.layer > 0)]
-if trained_pre.attn_lambda2.notna().any():
-    value, interval = bootstrap_over_seeds(trained_pre, lambda d: d.attn_lambda2.median(), B)
-else:
-    value, interval = None, None
-claims.append(Claim(
-    "E4.spectral_gap",
-    "Attention matrices have a large spectral gap: |λ₂| is well below 1, so everything "
-    "outside span{1} contracts each layer.",
-    "Yu & Zhang, §3 (spectral gap of row-stochastic attention)",
-    f"median |λ₂| of trained pre-LN attention, all layers ({B} bootstrap resamples over seeds)",
-    value, interval, 0.0, 0.9, "large gap",
-    reason=(f"median |λ₂| = {value:.3f} (trained post-LN: {median_lambda2.get('post_ln', np.nan):.3f})"
-            if value is not None else "pre-LN not measured")))
-pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
 by = fits.set_index(["view", "variant"])
@@ -263,15 +251,19 @@ def fit_text(view, variant):
             f"{r.lin_r2:.2f} for t_sim linear)")
 
 
+layer0_text = (
+    f" Layer-0 t_sim of post-LN models at init on {esc['task']}: raw pixels "
+    f"{layer0_table.loc['raw', 'mean']:.3f} ({blank['raw']:.1%} of patches blank), "
+    f"{task_options.get('features', 'centred')} "
+    f"{layer0_table.loc[task_options.get('features', 'centred'), 'mean']:.3f} "
+    f"({blank[task_options.get('features', 'centred')]:.1%} blank)."
+    if is_digits else "")
 summary_text = (
     f"Token similarity of post-LN networks at init (E1's Gaussian inputs): "
     f"{fit_text('init_gaussian', 'post_ln')}; after training on {esc['task']} at depth "
     f"{esc['depth']}: {fit_text('trained', 'post_ln')}. With de-escalation at init: "
-    f"{fit_text('init_gaussian', 'post_ln_deesc')}. "
-    + ("The data favour the optimisation-sense reading of the linear rate. "
-       if claims[3].measured is not None and claims[3].measured > 0
-       else "The data do not favour the optimisation-sense reading over a straight line. ")
-    + "Small-scale analogue of Yu & Zhang's ViT/Transformer-XL experiments."
+    f"{fit_text('init_gaussian', 'post_ln_deesc')}." + layer0_text
+    + " Small-scale analogue of Yu & Zhang's ViT/Transformer-XL experiments."
 )
 print(summary_text)
 io.write_json(section(
@@ -285,11 +277,20 @@ io.write_json(section(
          "Second eigenvalue modulus |λ₂| of the attention matrices (mean over heads) per layer at "
          "init and after training, and its distribution over all layers after training. The "
          "spectral gap is 1 − |λ₂|."},
+        {"name": "tsim_per_sublayer", **fig_sublayer, "caption":
+         "t_sim per layer after the whole block (solid) and after its attention sublayer "
+         "(dotted), median over sequences and seeds, at init and after training."},
     ],
     tables=[{"caption": "Fits of the seed-mean t_sim per layer: log t_div = a + b·l (ρ = e^b "
-             "per layer) and t_sim = a + b·l, with R² of each.", "html": table_html}],
-    claims=claims,
+             "per layer) and t_sim = a + b·l, with R² of each.", "html": table_html}]
+    + ([{"caption": "Layer-0 t_sim of post-LN models at init (mean, min and max over seeds) "
+         "and the share of blank (all-zero) patches, raw and centred.",
+         "html": layer0_table.to_html(border=0, classes="data", float_format="{:.3f}".format)}]
+       if is_digits else []),
+    measurements=measurements,
     numbers={"fits": fits.to_dict(orient="records"), "diverged_variants": diverged,
              "median_lambda2_trained": median_lambda2.to_dict(),
-             "depth": esc["depth"], "seeds": int(metrics.seed.nunique())},
+             "depth": esc["depth"], "seeds": int(metrics.seed.nunique()),
+             "blank_share": blank,
+             "layer0_tsim": layer0_table["mean"].to_dict() if is_digits else {}},
 ), numbers_path)

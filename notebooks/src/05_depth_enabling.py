@@ -7,24 +7,43 @@
 # ---
 
 # %% [markdown]
-# # E5 — Depth-enabling: post-norm, pre-norm and de-escalation (Yu & Zhang, arXiv 2312.06182)
+# # E5 — Depth-enabling, every arm tuned: post-norm, pre-norm and de-escalation (Yu & Zhang, arXiv 2312.06182)
 #
 # Yu & Zhang find that deep post-norm ("classic") transformers fail to train because token
 # similarity escalates, and that de-escalating the attention output, Y ← (I − τΠ₁)Y, lets them
-# go deep, approaching pre-norm. We train every variant at every depth of the grid with the
-# same budget (steps, learning rate, schedule) and several seeds. The paper's own runs are ViT
-# on CIFAR-10 and Transformer-XL on WikiText-103; ours are small-scale analogues (8×8 digits
-# and integer sorting, a few hundred CPU steps). A diverged run (non-finite loss) is a result:
-# it is drawn with a cross and counted at chance accuracy.
+# go deep, approaching pre-norm. One optimiser recipe for every variant and depth would measure
+# the recipe as much as the architecture, so here **every arm (task, variant, depth) is tuned on
+# its own**: a sweep of peak learning rate × warm-up on a tuning seed, all settings trained as
+# one batched ensemble and scored on a validation split carved from the training set; then
+# fresh seeds (never the tuning seed) train at the selected setting and are scored on the test
+# split. Two tasks, the small-scale analogues of the paper's two: **digits** (8×8 images as 16
+# patch tokens + a class token, ViT-style; test accuracy) and **text** (a causal character-level
+# language model on the Python reference manual's topic texts that ship with the standard
+# library, `pydoc_data.topics`, split into contiguous 90/5/5 train/validation/test blocks; test
+# bits per character, lower is better). A diverged run (non-finite loss) is a result: counted at
+# chance accuracy or at the bits of a uniform guess.
+#
+# **Causal attention.** The language model's attention is lower-triangular: token i attends to
+# tokens 1..i. Every centring then uses the prefix mean (token i subtracts the mean of tokens
+# 1..i), so de-escalation keeps the model causal. t_sim is read as for any sequence — the share
+# of the stream's energy in its token mean, over all positions — and |λ₂| is the second-largest
+# eigenvalue modulus of the row-stochastic lower-triangular matrix; its eigenvalues are its
+# diagonal entries (token i's attention to itself), the first of which is always 1.
 
 # %% tags=["parameters"]
 experiment = "E5"
 tables = {"metrics": "results/tables/E5_metrics.parquet",
-          "history": "results/tables/E5_history.parquet"}
+          "history": "results/tables/E5_history.parquet",
+          "tuning": "results/tables/E5_tuning.parquet"}
 settings = {
-    "depth_grid": {"tasks": ["digits"], "variants": ["post_ln", "pre_ln", "post_ln_deesc"],
-                   "depths": [2, 4, 8, 16, 32], "seeds": [0, 1]},
-    "train": {"width": 32, "heads": 2, "steps": 400, "lr": 0.002},
+    "depth_grid": {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln", "post_ln_deesc"],
+                   "depths": {"digits": [2, 4, 8], "text": [2, 4, 8]},
+                   "placements": ["post_ln_deesc_mlp", "post_ln_deesc_out"],
+                   "placement_tasks": ["digits"], "seeds": [0, 1, 2, 3, 4],
+                   "tuning_seeds": [100], "steps": 200, "batch": 32,
+                   "lr": [0.0003, 0.001, 0.003, 0.01, 0.03], "warmup": [10, 40],
+                   "weight_decay": 0.01},
+    "train": {"width": 32, "heads": 2, "mlp_ratio": 2},
     "tasks": {},
 }
 figures_dir = "report/figures/E5"
@@ -37,207 +56,244 @@ import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
 from rankcollapse import io, plotting
-from rankcollapse.claims import Claim
+from rankcollapse.claims import e5 as e5_claims
 from rankcollapse.notebooks import section
-from rankcollapse.analysis import bootstrap_over_seeds
-from rankcollapse.trained import final_accuracy
+from rankcollapse.trained import final_accuracy, seed_interval, selected_settings
 
 plotting.use_style()
 grid, train = settings["depth_grid"], settings["train"]
 metrics = io.read_parquet(tables["metrics"])
 history = io.read_parquet(tables["history"])
+tuning = io.read_parquet(tables["tuning"])
 runs = final_accuracy(metrics)
-variants = [v for v in grid["variants"] if v in set(runs.variant)]
 tasks = [t for t in grid["tasks"] if t in set(runs.task)]
-depths = sorted(runs.depth.unique())
-L_min, L_max = int(depths[0]), int(depths[-1])
+placements = [v for v in grid.get("placements", []) if v in set(runs.variant)]
+variants = [v for v in grid["variants"] if v in set(runs.variant)]
+METRIC = {"digits": ("accuracy", "test accuracy", "val_accuracy", "validation accuracy"),
+          "text": ("bpc", "test bits per character", "val_bpc", "validation bits per character")}
+tuning["val_bpc"] = tuning.val_loss / np.log(2)
+chosen = selected_settings(tuning)
 B = 1000
-print(f"{len(runs)} runs: tasks {tasks}, variants {variants}, depths {depths}, "
-      f"seeds {sorted(runs.seed.unique())}; diverged: {int(runs.diverged.sum())}")
+n_seeds = runs.seed.nunique()
+print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements {placements}, "
+      f"seeds {sorted(runs.seed.unique())}; diverged: {int(runs.diverged.sum())}; "
+      f"{int((tuning.role == 'sweep').sum())} sweep members")
 
 # %% [markdown]
-# ## Final test accuracy against depth
-# Mean over seeds (line) and each seed (dots); crosses mark diverged runs, counted at chance.
+# ## The sweep
+# Validation metric of every sweep member against its peak learning rate, one line per depth
+# (solid: the shorter warm-up, dashed: the longer), a panel per variant; the star marks the
+# selected setting of each depth. Diverged members are drawn at chance. On text the validation
+# and test blocks are different parts of the manual, so their bits per character differ in
+# level (the validation block is harder); the selection compares settings on one block only.
 
 # %%
+sweep = tuning[tuning.role == "sweep"].copy()
+warmups = sorted(sweep.warmup.unique())
+styles = dict(zip(warmups, ["-", "--", ":", "-."]))
+arms = variants + placements
+fig, axes = plt.subplots(len(tasks), len(arms), figsize=(3.3 * len(arms), 3.2 * len(tasks)),
+                         squeeze=False, constrained_layout=True, sharex=True)
+for row, task in zip(axes, tasks):
+    key, _, vkey, vlabel = METRIC[task]
+    s = sweep[sweep.task == task]
+    depths = sorted(s.depth.unique())
+    cmap = plt.get_cmap("viridis")
+    for ax, variant in zip(row, arms):
+        sv = s[s.variant == variant]
+        for i, depth in enumerate(depths):
+            color = cmap(i / max(1, len(depths) - 1))
+            for warmup in warmups:
+                c = sv[(sv.depth == depth) & (sv.warmup == warmup)].groupby("peak_lr")[vkey].mean()
+                if len(c):
+                    ax.plot(c.index, c.values, styles[warmup], color=color, lw=1.4, marker=".",
+                            label=f"L = {depth}" if warmup == warmups[0] else None)
+            best = chosen[(chosen.task == task) & (chosen.variant == variant)
+                          & (chosen.depth == depth)]
+            for _, b in best.iterrows():
+                value = b.val_accuracy if task == "digits" else b.val_loss / np.log(2)
+                ax.plot(b.peak_lr, value, "*", color=color, ms=11, mec="k", mew=0.5)
+        ax.set_xscale("log")
+        ax.set_title(f"{task}: {plotting.variant_label(variant)}", fontsize=8)
+        ax.set_xlabel("peak learning rate")
+        if ax is row[0]:
+            ax.set_ylabel(vlabel)
+        if len(sv):
+            ax.legend(frameon=False, fontsize=7)
+fig_sweep = plotting.save(fig, figures_dir, "sweep")
+
+# %% [markdown]
+# ## Tuned test metric against depth
+# Mean over the final seeds (line) with its 95% percentile bootstrap interval over seeds (band;
+# the range of the seeds when fewer than 5), and each seed (dots); crosses mark diverged runs.
+
+# %%
+def arm_summary(d):
+    rows = []
+    for (task, variant, depth), g in d.groupby(["task", "variant", "depth"], sort=False):
+        key = METRIC[task][0]
+        mean, lo, hi, method = seed_interval(g.sort_values("seed")[key], B)
+        rows.append({"task": task, "variant": variant, "depth": int(depth), "mean": mean,
+                     "low": lo, "high": hi, "seeds": int(g.seed.nunique()),
+                     "diverged": int(g.diverged.sum()), "method": method})
+    return pd.DataFrame(rows)
+
+
+summary = arm_summary(runs)
 fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False,
                          constrained_layout=True)
 for ax, task in zip(axes[0], tasks):
-    t = runs[runs.task == task]
+    key, label, _, _ = METRIC[task]
+    t, st = runs[runs.task == task], summary[summary.task == task]
+    depths = sorted(t.depth.unique())
     for i, variant in enumerate(variants):
-        tv = t[t.variant == variant]
+        sv = st[st.variant == variant].sort_values("depth")
         color = plotting.variant_color(variant)
-        mean = tv.groupby("depth").accuracy.mean()
-        ax.plot(mean.index, mean.values, "-", color=color, lw=1.8,
+        ax.plot(sv.depth, sv["mean"], "-", color=color, lw=1.8,
                 label=plotting.variant_label(variant))
-        jitter = 1 + 0.04 * (i - (len(variants) - 1) / 2)  # spread overlapping seeds apart
-        ok = tv[~tv.diverged]
-        ax.scatter(ok.depth * jitter, ok.accuracy, s=14, color=color, alpha=0.7, lw=0)
-        bad = tv[tv.diverged]
-        ax.scatter(bad.depth * jitter, bad.accuracy, s=40, marker="x", color=color)
-    ax.axhline(t.chance.iloc[0], color="grey", ls=":", lw=1)
-    ax.text(L_max, t.chance.iloc[0] + 0.01, "chance", color="grey", fontsize=8, va="bottom",
-            ha="right")
+        ax.fill_between(sv.depth, sv.low, sv.high, color=color, alpha=0.15, lw=0)
+        jitter = 1 + 0.04 * (i - (len(variants) - 1) / 2)
+        tv = t[t.variant == variant]
+        ok, bad = tv[~tv.diverged], tv[tv.diverged]
+        ax.scatter(ok.depth * jitter, ok[key], s=12, color=color, alpha=0.7, lw=0)
+        ax.scatter(bad.depth * jitter, bad[key], s=40, marker="x", color=color)
+    for variant in placements:
+        pv = st[st.variant == variant]
+        if len(pv):
+            ax.errorbar(pv.depth * 1.12, pv["mean"], yerr=[pv["mean"] - pv.low,
+                                                            pv.high - pv["mean"]],
+                        fmt="D", ms=5, color=plotting.variant_color(variant), capsize=2,
+                        label=plotting.variant_label(variant))
     ax.set_xscale("log", base=2)
     ax.set_xticks(depths, [str(d) for d in depths])
-    ax.set_ylim(0, 1.02)
     ax.set_xlabel("depth L (blocks)")
-    ax.set_ylabel("final test accuracy")
-    ax.set_title(f"{task}: {train.get('steps')} steps, lr {train.get('lr')}")
-handles, labels = axes[0, 0].get_legend_handles_labels()
-fig.legend(handles, labels, frameon=False, loc="outside lower center", ncol=len(variants))
-fig_acc = plotting.save(fig, figures_dir, "accuracy_vs_depth")
+    ax.set_ylabel(f"tuned {label}")
+    ax.set_title(f"{task}: each arm tuned, {n_seeds} seeds")
+    ax.legend(frameon=False, fontsize=7)
+fig_acc = plotting.save(fig, figures_dir, "tuned_vs_depth")
 
 # %% [markdown]
-# ## Training loss
-# Training loss per step (mean over seeds, smoothed over 20 steps), one panel per depth;
-# dashed verticals mark the step where a run diverged.
+# ## Token similarity of the trained models
+# Per-layer t_sim after each block on the fixed test batch, median over sequences and seeds, at
+# the deepest depth of each task; dotted: after the attention sublayer (before the MLP).
 
 # %%
-task0 = tasks[0]
-h = history[history.task == task0]
-fig, axes = plt.subplots(1, len(depths), figsize=(3.2 * len(depths), 3.4), sharey=True,
-                         constrained_layout=True, squeeze=False)
-for ax, depth in zip(axes[0], depths):
-    for variant in variants:
-        hv = h[(h.variant == variant) & (h.depth == depth)]
-        curve = hv.groupby("step").loss.mean().rolling(20, min_periods=1).mean()
-        ax.plot(curve.index, curve.values, color=plotting.variant_color(variant), lw=1.4,
-                label=plotting.variant_label(variant))
-        for step in hv[hv.diverged].diverged_step.unique():
-            ax.axvline(step, color=plotting.variant_color(variant), ls="--", lw=1)
-    ax.set_title(f"L = {depth}")
-    ax.set_xlabel("step")
-axes[0, 0].set_ylabel(f"training loss ({task0})")
-handles, labels = axes[0, 0].get_legend_handles_labels()
-fig.legend(handles, labels, frameon=False, loc="outside lower center", ncol=len(variants))
-fig_loss = plotting.save(fig, figures_dir, "training_loss")
-
-# %% [markdown]
-# ## Token similarity of trained models
-# Per-layer t_sim on the fixed test batch, median over sequences and seeds, for each depth.
-
-# %%
-trained = metrics[(metrics.stage == "trained") & (metrics.task == task0)]
-fig, axes = plt.subplots(1, len(depths), figsize=(3.2 * len(depths), 3.4), sharey=True,
-                         constrained_layout=True, squeeze=False)
-for ax, depth in zip(axes[0], depths):
-    for variant in variants:
-        tv = trained[(trained.variant == variant) & (trained.depth == depth)]
+trained = metrics[metrics.stage == "trained"]
+fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.6), squeeze=False,
+                         constrained_layout=True)
+for ax, task in zip(axes[0], tasks):
+    t = trained[trained.task == task]
+    deepest = int(t.depth.max())
+    t = t[t.depth == deepest]
+    for variant in arms:
+        tv = t[t.variant == variant]
         if tv.token_similarity.notna().any():
-            q = tv.groupby("layer").token_similarity.quantile([0.1, 0.5, 0.9]).unstack()
             color = plotting.variant_color(variant)
-            ax.plot(q.index, q[0.5], color=color, lw=1.6, label=plotting.variant_label(variant))
-            ax.fill_between(q.index, q[0.1], q[0.9], color=color, alpha=0.18, lw=0)
-    ax.set_title(f"L = {depth}")
+            q = tv.groupby("layer").token_similarity.median()
+            ax.plot(q.index, q.values, color=color, lw=1.6, label=plotting.variant_label(variant))
+            a = tv[tv.layer > 0].groupby("layer").token_similarity_after_attention.median()
+            ax.plot(a.index, a.values, ":", color=color, lw=1.2)
+    ax.set_title(f"{task}, L = {deepest}, trained")
     ax.set_xlabel("layer l")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(-0.02, 1.02)
-axes[0, 0].set_ylabel("t_sim after training")
-handles, labels = axes[0, 0].get_legend_handles_labels()
-fig.legend(handles, labels, frameon=False, loc="outside lower center", ncol=len(variants))
+    ax.set_ylabel("t_sim")
+    ax.legend(frameon=False, fontsize=7)
 fig_tsim = plotting.save(fig, figures_dir, "tsim_trained")
 
+# %% [markdown]
+# ## Training loss of the final seeds
+# Mean over seeds, 20-step running mean, one panel per (task, depth).
+
 # %%
-summary = runs.groupby(["task", "variant", "depth"], sort=False).agg(
-    mean=("accuracy", "mean"), sd=("accuracy", "std"), seeds=("seed", "nunique"),
-    diverged=("diverged", "sum")).reset_index()
-wide = summary.assign(cell=[f"{m:.3f} ± {s:.3f}" + (f" ({d} div.)" if d else "")
-                            for m, s, d in zip(summary["mean"], summary.sd.fillna(0),
-                                               summary.diverged)])
-wide = wide.pivot(index=["task", "variant"], columns="depth", values="cell")
-wide = wide.reset_index().assign(variant=lambda d: d.variant.map(plotting.variant_label))
-wide.columns = [f"L = {c}" if isinstance(c, int | np.integer) else c for c in wide.columns]
-table_html = wide.to_html(index=False, border=0, classes="data")
-wide
+panels = [(task, d) for task in tasks for d in sorted(history[history.task == task].depth.unique())]
+fig, axes = plt.subplots(1, len(panels), figsize=(2.6 * len(panels), 3.0), squeeze=False,
+                         constrained_layout=True)
+for ax, (task, depth) in zip(axes[0], panels):
+    h = history[(history.task == task) & (history.depth == depth)]
+    for variant in arms:
+        hv = h[h.variant == variant]
+        if len(hv):
+            curve = hv.groupby("step").loss.mean().rolling(20, min_periods=1).mean()
+            ax.plot(curve.index, curve.values, color=plotting.variant_color(variant), lw=1.2,
+                    label=plotting.variant_label(variant))
+    ax.set_title(f"{task}, L = {depth}", fontsize=8)
+    ax.set_xlabel("step")
+axes[0, 0].set_ylabel("training loss")
+handles, labels = axes[0, 0].get_legend_handles_labels()
+fig.legend(handles, labels, frameon=False, loc="outside lower center", ncol=len(arms))
+fig_loss = plotting.save(fig, figures_dir, "training_loss")
+
+# %% [markdown]
+# ## Tables: selected settings and tuned test numbers
+
+# %%
+def fmt(row):
+    d = "" if not row.diverged else f" ({row.diverged} div.)"
+    return f"{row['mean']:.3f} [{row.low:.3f}, {row.high:.3f}]{d}"
+
+
+table = summary.merge(chosen, on=["task", "variant", "depth"], how="left")
+table = table.assign(
+    arm=table.variant.map(plotting.variant_label), test=[fmt(r) for _, r in table.iterrows()],
+    lr=table.peak_lr.map(lambda v: f"{v:g}"), warmup=table.warmup.astype("Int64"))
+shown = table[["task", "arm", "depth", "lr", "warmup", "test", "seeds"]].rename(
+    columns={"test": "test metric, mean [95% interval]", "lr": "selected lr",
+             "warmup": "selected warm-up"})
+table_html = shown.to_html(index=False, border=0, classes="data")
+shown
 
 # %% [markdown]
 # ## Claims
+# Registered in workflow/claims.yaml before the runs; measured by `rankcollapse.claims.e5`,
+# resampling whole seeds (every arm's network of a seed together, so arms stay paired).
 
 # %%
-def acc(d, variant, depth):
-    return d[(d.variant == variant) & (d.depth == depth)].accuracy.mean()
-
-
-def degradation(d):
-    return acc(d, "post_ln", L_min) - acc(d, "post_ln", L_max)
-
-
-def recovered(d):
-    gap = acc(d, "pre_ln", L_max) - acc(d, "post_ln", L_max)
-    return (acc(d, "post_ln_deesc", L_max) - acc(d, "post_ln", L_max)) / gap if gap > 0.05 \
-        else np.nan
-
-
-def pre_ln_change(d):
-    return acc(d, "pre_ln", L_max) - acc(d, "pre_ln", L_min)
-
-
-def grid_claim(cid, statement, source, statistic, needs, quantity, low, high, paper, reason):
-    d = runs[runs.task == task0]
-    if not set(needs) <= set(variants) or L_min == L_max:
-        return Claim(cid, statement, source, quantity, None, None, low, high, paper,
-                     reason=f"needs variants {needs} at two depths")
-    value, interval = bootstrap_over_seeds(d, statistic, B)
-    quantity = f"{quantity} ({task0}, {B} bootstrap resamples over seeds)"
-    return Claim(cid, statement, source, quantity, value, interval, low, high, paper,
-                 reason=reason.format(v=value))
-
-
-gap_now = acc(runs[runs.task == task0], "pre_ln", L_max) - acc(runs[runs.task == task0],
-                                                                "post_ln", L_max)
-claims = [
-    grid_claim("E5.post_ln_degrades",
-               "Deep post-norm transformers degrade with depth (they become hard to train).",
-               "Yu & Zhang, §1 and §5", degradation, ["post_ln"],
-               f"post-LN accuracy at L = {L_min} minus at L = {L_max}", 0.1, np.inf,
-               "deep post-norm fails to train",
-               "post-LN loses {v:.3f} accuracy from the shallowest to the deepest model"),
-    grid_claim("E5.deescalation_recovers",
-               "De-escalation recovers most of the gap between deep post-norm and pre-norm.",
-               "Yu & Zhang, §5 (ViT on CIFAR-10, Transformer-XL on WikiText-103)", recovered,
-               ["post_ln", "pre_ln", "post_ln_deesc"],
-               f"share of the pre-LN − post-LN accuracy gap recovered by de-escalation at "
-               f"L = {L_max}", 0.5, np.inf, "deep post-norm + de-escalation approaches pre-norm",
-               "de-escalation recovers {v:.0%} of the gap"
-               if gap_now > 0.05 else "no gap to recover at this scale"),
-    grid_claim("E5.pre_ln_trains_deep",
-               "Pre-norm transformers keep training well at depth (within 5 points of shallow).",
-               "Yu & Zhang, §5 (pre-norm baseline)", pre_ln_change, ["pre_ln"],
-               f"pre-LN accuracy at L = {L_max} minus at L = {L_min}", -0.05, np.inf, None,
-               "pre-LN changes by {v:+.3f} from shallowest to deepest"),
-]
-pd.DataFrame([c.to_dict() for c in claims])[["id", "measured", "interval", "criterion", "verdict"]]
+measurements = e5_claims.measure(runs, B)
+pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
-deep = summary[(summary.task == task0) & (summary.depth == L_max)].set_index("variant")
-deep_text = ", ".join(f"{plotting.variant_label(v)} {deep.loc[v, 'mean']:.3f}"
-                      for v in variants if v in deep.index)
-summary_text = (
-    f"Test accuracy on {task0} at depth {L_max} (mean over {runs.seed.nunique()} seeds): "
-    f"{deep_text}. Post-LN changes by {-degradation(runs[runs.task == task0]):+.3f} from depth "
-    f"{L_min} to {L_max}; {int(runs.diverged.sum())} of {len(runs)} runs diverged. "
-    "A small-scale analogue of Yu & Zhang's ViT/CIFAR-10 and Transformer-XL experiments."
+def deepest_text(task):
+    st = table[table.task == task]
+    deepest = int(st.depth.max())
+    parts = [f"{plotting.variant_label(r.variant)} {r['mean']:.3f} [{r.low:.3f}, {r.high:.3f}] "
+             f"(lr {r.peak_lr:g}, warm-up {int(r.warmup)})"
+             for _, r in st[st.depth == deepest].iterrows()]
+    return f"{task} at depth {deepest} ({METRIC[task][1]}): " + "; ".join(parts)
+
+
+method = summary.method.iloc[0] if len(summary) else ""
+description = (
+    f"Every arm tuned over peak lr {grid['lr']} × warm-up {grid['warmup']} on tuning seed(s) "
+    f"{grid['tuning_seeds']} ({grid['steps']} steps, batch {grid['batch']}, width "
+    f"{train.get('width')}), selected on the validation split, then {n_seeds} fresh seeds at "
+    f"the selected setting; intervals: {method}. "
+    + ". ".join(deepest_text(t) for t in tasks)
+    + f". {int(runs.diverged.sum())} of {len(runs)} final runs diverged."
 )
-print(summary_text)
+print(description)
 io.write_json(section(
-    experiment, "Depth-enabling: post-norm, pre-norm and de-escalation",
-    "Yu & Zhang (arXiv 2312.06182)", summary_text,
+    experiment, "Depth-enabling with every arm tuned: post-norm, pre-norm and de-escalation",
+    "Yu & Zhang (arXiv 2312.06182)", description,
     figures=[
-        {"name": "accuracy_vs_depth", **fig_acc, "caption":
-         "Final test accuracy against depth per variant: mean over seeds (line), single seeds "
-         "(dots), diverged runs (crosses, counted at chance); dotted: chance accuracy."},
-        {"name": "training_loss", **fig_loss, "caption":
-         f"Training loss on {task0} per step (mean over seeds, 20-step running mean), one panel "
-         "per depth; dashed verticals mark divergence."},
+        {"name": "sweep", **fig_sweep, "caption":
+         "The sweep: validation metric against peak learning rate for each depth (colour) and "
+         "warm-up (solid: shorter, dashed: longer), a panel per task and variant; stars: the "
+         "selected setting."},
+        {"name": "tuned_vs_depth", **fig_acc, "caption":
+         f"Tuned test metric against depth per variant: mean over {n_seeds} fresh seeds (line), "
+         f"{method} (band), single seeds (dots), diverged runs (crosses); diamonds: the "
+         "de-escalation placements at the deepest depth."},
         {"name": "tsim_trained", **fig_tsim, "caption":
-         "Per-layer token similarity t_sim of the trained models on a fixed test batch, median "
-         "and 10–90 % band over sequences and seeds, one panel per depth."},
+         "Per-layer token similarity of the trained models at each task's deepest depth, "
+         "median over sequences and seeds; solid: after the block, dotted: after its "
+         "attention sublayer."},
+        {"name": "training_loss", **fig_loss, "caption":
+         "Training loss of the final seeds (mean over seeds, 20-step running mean)."},
     ],
-    tables=[{"caption": "Final test accuracy, mean ± standard deviation over seeds (diverged "
-             "runs counted at chance).", "html": table_html}],
-    claims=claims,
-    numbers={"accuracy": summary.to_dict(orient="records"),
-             "runs": runs.drop(columns=["test_loss"]).to_dict(orient="records"),
-             "depths": [int(d) for d in depths]},
+    tables=[{"caption": "Selected learning rate and warm-up per arm and its tuned test metric "
+             f"(mean over seeds [{method}]).", "html": table_html}],
+    measurements=measurements,
+    numbers={"arms": table.drop(columns=["arm", "test"]).to_dict(orient="records"),
+             "runs": runs.drop(columns=["test_loss"]).to_dict(orient="records")},
 ), numbers_path)

@@ -122,7 +122,7 @@ class CircleModel(nn.Module):
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
         """x: (B, 2, 2) -> (next points (B, 2, 2), attention (B, H, 2, 2) if capture)."""
-        h, attn = self.layer(self.embed_norm(self.embed(x)), capture)
+        h, _, attn = self.layer(self.embed_norm(self.embed(x)), capture)
         out = self.head(h)
         return (x + out if self.skip else out), attn
 

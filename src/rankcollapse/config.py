@@ -114,6 +114,7 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     known_tasks = sorted(TASKS)
     grid, escalation = config.get("depth_grid", {}), config.get("escalation", {})
     uses = [("depth_grid.variants", name) for name in grid.get("variants", [])]
+    uses += [("depth_grid.placements", name) for name in grid.get("placements", [])]
     uses += [("escalation.variants", name) for name in escalation.get("variants", [])]
     rivals = config.get("rival_fixes", {})
     uses += [("rival_fixes.variants", name) for name in rivals.get("variants", [])]
@@ -129,6 +130,20 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     for key, name in tasks:
         if name not in known_tasks:
             problems.append(f"{key}: unknown task {name!r}; allowed tasks: {known_tasks}")
+    fresh = set(grid.get("seeds", [])) & set(grid.get("tuning_seeds", []))
+    if fresh:
+        problems.append(f"depth_grid.seeds: {sorted(fresh)} also tuning seed(s); the final seeds "
+                        "must be fresh (not in depth_grid.tuning_seeds)")
+    depths = grid.get("depths", {})
+    if isinstance(depths, dict):
+        for name in grid.get("tasks", []):
+            if name not in depths:
+                problems.append(f"depth_grid.depths: no depths for task {name!r}; give a list "
+                                "for every task or one per task in depth_grid.tasks")
+    for name in grid.get("placement_tasks", []):
+        if name not in grid.get("tasks", []):
+            problems.append(f"depth_grid.placement_tasks: {name!r} is not in depth_grid.tasks "
+                            f"{grid.get('tasks', [])}")
     train = config.get("train", {})
     if "width" in train and "heads" in train and train["width"] % train["heads"]:
         problems.append(f"train.width={train['width']} is not divisible by "
@@ -178,14 +193,15 @@ def _paths_problems(config: dict, defined: list[str]) -> list[str]:
         if model["width"] % model["heads"]:
             problems.append(f"paths.models.{task}.width={model['width']} is not divisible by "
                             f"heads={model['heads']}")
-    grid, escalation = config.get("depth_grid", {}), config.get("escalation", {})
-    # Only a (task, variant) pair trained by both would share results/train/ paths.
-    trained = {(t, v) for t in grid.get("tasks", []) for v in grid.get("variants", [])}
-    trained |= {(escalation.get("task"), v) for v in escalation.get("variants", [])}
+    escalation, rivals = config.get("escalation", {}), config.get("rival_fixes", {})
+    # Only a (task, variant) pair trained by both would share results/train/ paths (E5's tuned
+    # runs live in results/tuned/).
+    trained = {(escalation.get("task"), v) for v in escalation.get("variants", [])}
+    trained |= {(rivals.get("task"), v) for v in rivals.get("variants", [])}
     pairs = {(t, v) for t in paths.get("tasks", []) for v in paths.get("variants", [])} & trained
     shared, shared_variants = {t for t, _ in pairs}, {v for _, v in pairs}
     if pairs:
         problems.append(f"paths: task(s) {sorted(shared)} with variant(s) "
-                        f"{sorted(shared_variants)} are also trained by depth_grid/escalation "
+                        f"{sorted(shared_variants)} are also trained by escalation/rival_fixes "
                         "with other settings; use a differently named copy of the variant")
     return problems

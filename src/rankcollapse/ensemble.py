@@ -48,7 +48,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import io, runtime
-from .metrics import layer_metrics
+from .metrics import layer_metrics, token_similarity
 from .tasks import TaskData, make_task
 from .train import TrainConfig, TrainResult, loss_and_correct, new_model, schedule
 
@@ -498,8 +498,14 @@ def layer_tables(ensemble: Ensemble, x: Tensor) -> list[pd.DataFrame]:
     per_layer = []
     for layer, hidden in enumerate(trace.hidden):  # hidden (K, B, n, d)
         attn = trace.attention[layer - 1] if layer > 0 else None  # (K, B, H, n, n)
-        per_layer.append({k: v.double().cpu().numpy()
-                          for k, v in layer_metrics(hidden, attn).items()})  # (K, B) each
+        values = {k: v.double().cpu().numpy() for k, v in layer_metrics(hidden, attn).items()}
+        # t_sim after the attention sublayer, before the MLP: where the MLP re-injects the
+        # shared component (NaN at the input, layer 0).
+        mid = trace.after_attention[layer - 1] if layer > 0 else None
+        values["token_similarity_after_attention"] = (
+            token_similarity(mid).double().cpu().numpy() if mid is not None
+            else np.full(hidden.shape[:2], np.nan))
+        per_layer.append(values)  # (K, B) each
     return [pd.concat([pd.DataFrame({"sample": range(len(x)), "layer": layer,
                                      **{k: v[member] for k, v in values.items()}})
                        for layer, values in enumerate(per_layer)], ignore_index=True)

@@ -5,7 +5,14 @@ real module or `nn.Identity`, so that `Block.forward` stays a few readable lines
 
     h, attn = self.attn(self.attn_in(x), capture)   # pre-LN or Identity, then attention
     x = self.attn_out(self.skip * x + self.scale * h)  # residual (skip 1) or not (0); post-LN
+    x = self.centre_out(x)                          # de-escalation after the post-LN, or Identity
     x = self.ffn(x)                                 # the same wiring around an MLP, or Identity
+
+De-escalation (Yu & Zhang) removes tau x the token mean. Where it sits is a switch:
+`deescalate_at="branch"` (the default) centres the attention output before the residual add;
+`"output"` centres the sublayer's output after the post-LN; `deescalate_mlp` does the same to
+the MLP sublayer. With causal attention (a language model) every "token mean" is the prefix
+mean of tokens 1..i, so that no token sees its future.
 
 Named variants (`san`, `post_ln`, ...) are presets of these switches; they live in the workflow
 config (workflow/config/*.yaml), and `PRESETS` below holds the same set for library users.
@@ -22,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 Norm = Literal["none", "pre", "post"]
+Placement = Literal["branch", "output"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,9 @@ class ModelConfig:
     branch_scale: Literal["none", "inv_sqrt_depth"] = "none"  # residual branches x 1/sqrt(L)
     mlp_ratio: int = 4  # hidden width of the MLP = mlp_ratio * width
     init_std: float | None = None  # std of weight entries; None = 1/sqrt(fan_in) (unit gain)
+    deescalate_at: Placement = "branch"  # centre the attention output (branch) or after post-LN
+    deescalate_mlp: bool = False  # de-escalate the MLP sublayer too, at the same placement
+    causal: bool = False  # lower-triangular attention (token i sees tokens 1..i); set by the task
 
     def __post_init__(self) -> None:
         if self.width % self.heads:
@@ -47,6 +58,9 @@ class ModelConfig:
             raise ValueError(f"norm={self.norm!r}: allowed values are 'none', 'pre', 'post'")
         if not 0.0 <= self.deescalate <= 1.0:
             raise ValueError(f"deescalate={self.deescalate}: tau must lie in [0, 1]")
+        if self.deescalate_at not in ("branch", "output"):
+            raise ValueError(f"deescalate_at={self.deescalate_at!r}: allowed values are "
+                             "'branch', 'output'")
         if self.depth < 1:
             raise ValueError(f"depth={self.depth}: need at least one block")
         if self.branch_scale not in ("none", "inv_sqrt_depth"):
@@ -79,11 +93,41 @@ PRESETS: dict[str, dict] = {
     "post_ln": dict(skip=True, mlp=True, norm="post"),  # the classic transformer
     "pre_ln": dict(skip=True, mlp=True, norm="pre"),
     "post_ln_deesc": dict(skip=True, mlp=True, norm="post", deescalate=1.0),
+    "post_ln_deesc_mlp": dict(skip=True, mlp=True, norm="post", deescalate=1.0,
+                              deescalate_mlp=True),  # the MLP output centred too
+    "post_ln_deesc_out": dict(skip=True, mlp=True, norm="post", deescalate=1.0,
+                              deescalate_at="output", deescalate_mlp=True),  # after each post-LN
     "post_ln_center": dict(skip=True, mlp=True, norm="post", center_attention=True),
     "post_ln_scaled": dict(skip=True, mlp=True, norm="post", branch_scale="inv_sqrt_depth"),
     # Dong et al.'s path-experiment network: attention + skip + post-LN, biases, no MLP.
     "san_skip_ln_bias": dict(skip=True, mlp=False, norm="post", bias=True),
 }
+
+
+def token_mean(x: Tensor, causal: bool = False) -> Tensor:
+    """The mean over tokens of x (..., n, d), broadcast to every token; with causal, token i
+    gets the mean of tokens 1..i (the prefix mean), which keeps a causal model causal."""
+    if not causal:
+        return x.mean(dim=-2, keepdim=True)
+    counts = torch.arange(1, x.shape[-2] + 1, device=x.device, dtype=x.dtype)[:, None]
+    return x.cumsum(dim=-2) / counts
+
+
+class Centre(nn.Module):
+    """x <- x - tau * token_mean(x): de-escalation as a module (placed by the switches)."""
+
+    def __init__(self, tau: float, causal: bool):
+        super().__init__()
+        self.tau, self.causal = tau, causal
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x - self.tau * token_mean(x, self.causal)
+
+
+def _centre(cfg: ModelConfig, placement: str, mlp: bool = False) -> nn.Module:
+    """Centre(tau) where the config puts de-escalation at `placement`, else Identity."""
+    wanted = cfg.deescalate and cfg.deescalate_at == placement and (cfg.deescalate_mlp or not mlp)
+    return Centre(cfg.deescalate, cfg.causal) if wanted else nn.Identity()
 
 
 def _linear(fan_in: int, fan_out: int, std: float | None, bias: bool = True) -> nn.Linear:
@@ -103,8 +147,9 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.heads = cfg.heads
         self.scale = cfg.temperature / math.sqrt(cfg.width // cfg.heads)
-        self.deescalate = cfg.deescalate
         self.center = cfg.center_attention
+        self.causal = cfg.causal
+        self.deescalate = _centre(cfg, "branch")  # Yu & Zhang's placement, or Identity
         self.qkv = _linear(cfg.width, 3 * cfg.width, cfg.init_std, bias=cfg.bias)
         self.proj = _linear(cfg.width, cfg.width, cfg.init_std, bias=cfg.bias)
 
@@ -116,20 +161,24 @@ class SelfAttention(nn.Module):
         # q, k, v: (B, H, n, d_head)
         if capture:
             # Materialise the row-stochastic matrices only when they are measured.
-            attn = torch.softmax(self.scale * q @ k.transpose(-2, -1), dim=-1)  # (B, H, n, n)
+            logits = self.scale * q @ k.transpose(-2, -1)  # (B, H, n, n)
+            if self.causal:  # lower-triangular: token i attends to tokens 1..i
+                future = torch.ones(n, n, dtype=torch.bool, device=x.device).triu(1)
+                logits = logits.masked_fill(future, float("-inf"))
+            attn = torch.softmax(logits, dim=-1)
             y = attn @ v
         else:
             attn = None
-            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale)  # fused kernel
+            y = F.scaled_dot_product_attention(q, k, v, scale=self.scale,
+                                               is_causal=self.causal)  # fused kernel
         if self.center:
-            # (A - (1/n) 1 1^T) V = A V - 1 mean(V): centred attention without forming A. The
-            # trace keeps A itself (row-stochastic), so its spectrum stays comparable.
-            y = y - v.mean(dim=-2, keepdim=True)
+            # (A - (1/n) 1 1^T) V = A V - 1 mean(V): centred attention without forming A (the
+            # prefix mean when causal). The trace keeps A itself (row-stochastic), so its
+            # spectrum stays comparable.
+            y = y - token_mean(v, self.causal)
         y = self.proj(y.transpose(1, 2).reshape(B, n, d))  # (B, n, d)
-        if self.deescalate:
-            # Yu & Zhang: Y <- (I - tau * (1/n) 1 1^T) Y removes tau x the token mean.
-            y = y - self.deescalate * y.mean(dim=-2, keepdim=True)
-        return y, attn
+        # Yu & Zhang: Y <- (I - tau * (1/n) 1 1^T) Y removes tau x the token mean.
+        return self.deescalate(y), attn
 
 
 class FeedForward(nn.Module):
@@ -147,9 +196,12 @@ class FeedForward(nn.Module):
             nn.GELU(),
             _linear(hidden, cfg.width, cfg.init_std),
         )
+        self.centre_branch = _centre(cfg, "branch", mlp=True)  # de-escalated MLP output
+        self.centre_out = _centre(cfg, "output", mlp=True)  # or centred after the post-LN
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.out(self.skip * x + self.scale * self.f(self.inp(x)))
+        h = self.centre_branch(self.f(self.inp(x)))
+        return self.centre_out(self.out(self.skip * x + self.scale * h))
 
 
 class Block(nn.Module):
@@ -160,12 +212,15 @@ class Block(nn.Module):
         self.attn_out = nn.LayerNorm(cfg.width) if cfg.norm == "post" else nn.Identity()
         self.skip = float(cfg.skip)  # 1.0 keeps the residual, 0.0 drops it
         self.scale = cfg.branch_factor  # 1, or 1/sqrt(depth) for scaled residual branches
+        self.centre_out = _centre(cfg, "output")  # de-escalation after the post-LN
         self.ffn = FeedForward(cfg) if cfg.mlp else nn.Identity()
 
-    def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
+    def forward(self, x: Tensor, capture: bool = False
+                ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """-> (block output, the attention sublayer's output, attention if capture)."""
         h, attn = self.attn(self.attn_in(x), capture)
-        x = self.attn_out(self.skip * x + self.scale * h)
-        return self.ffn(x), attn
+        x = self.centre_out(self.attn_out(self.skip * x + self.scale * h))
+        return self.ffn(x), x, attn
 
 
 class Trace(NamedTuple):
@@ -173,6 +228,8 @@ class Trace(NamedTuple):
 
     hidden: list[Tensor]  # L + 1 tensors (B, n, d): the input, then the output of every block
     attention: list[Tensor]  # L tensors (B, H, n, n): each block's attention matrices
+    after_attention: list[Tensor]  # L tensors (B, n, d): each block's stream after attention,
+    # before its MLP (the same as `hidden` when the block has no MLP)
 
 
 class Transformer(nn.Module):
@@ -190,12 +247,13 @@ class Transformer(nn.Module):
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Trace | None]:
         """x: (B, n, d) -> (output (B, n, d), Trace of every layer if capture else None)."""
-        trace = Trace(hidden=[x], attention=[]) if capture else None
+        trace = Trace(hidden=[x], attention=[], after_attention=[]) if capture else None
         for block in self.blocks:
-            x, attn = block(x, capture)
+            x, mid, attn = block(x, capture)
             if trace is not None:
                 trace.hidden.append(x)
                 trace.attention.append(attn)
+                trace.after_attention.append(mid)
         return x, trace
 
 
@@ -247,7 +305,8 @@ class TaskModel(nn.Module):
 
 
 def build_task_model(variant: dict, task: dict, **overrides) -> TaskModel:
-    """A TaskModel from a variant preset, a task spec (tasks.TaskSpec as a dict) and options."""
-    cfg = ModelConfig.from_dict({**variant, **overrides})
+    """A TaskModel from a variant preset, a task spec (tasks.TaskSpec as a dict) and options;
+    a causal task (language modelling) makes the attention causal."""
+    cfg = ModelConfig.from_dict({**variant, **overrides, "causal": bool(task.get("causal"))})
     return TaskModel(cfg, task["inputs"], task["input_dim"], task["tokens"], task["classes"],
                      task["readout"])

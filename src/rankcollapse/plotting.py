@@ -25,6 +25,8 @@ VARIANT_COLORS = {
     "pre_ln": "#009E73",
     "post_ln_deesc": "#882255",  # Paul Tol's wine: yellow is unreadable as a line
     "post_ln_deesc_half": "#AA4499",
+    "post_ln_deesc_mlp": "#44AA99",
+    "post_ln_deesc_out": "#DDAA33",
     "post_ln_center": "#999933",
     "post_ln_scaled": "#CC6677",
 }
@@ -39,6 +41,8 @@ VARIANT_LABELS = {
     "pre_ln": "pre-LN transformer",
     "post_ln_deesc": "post-LN + de-escalation (τ=1)",
     "post_ln_deesc_half": "post-LN + de-escalation (τ=0.5)",
+    "post_ln_deesc_mlp": "post-LN + de-escalation of attention and MLP",
+    "post_ln_deesc_out": "post-LN + centring after each post-LN",
     "post_ln_center": "post-LN + centred attention",
     "post_ln_scaled": "post-LN + 1/√L branches",
 }

@@ -66,6 +66,23 @@ def _list(values) -> str:
     return ", ".join(str(v) for v in values)
 
 
+def _e5_size(c: dict) -> str:
+    """E5's tuned grid: arms, sweep members and final seeds per arm."""
+    from .trainplan import grid_depths, tuned_runs
+    from .tuning import grid as sweep_grid
+
+    g = c["depth_grid"]
+    arms = tuned_runs(c)
+    settings = len(sweep_grid({k: g[k] for k in ("lr", "warmup", "weight_decay")}))
+    depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
+    return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
+            f"{depths}; placements {_list(g.get('placements', [])) or 'none'} at the deepest); "
+            f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s) "
+            f"then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch {g['batch']}: "
+            f"{len(arms) * (settings * _size(g['tuning_seeds']) + _size(g['seeds']))} "
+            "trained networks")
+
+
 def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
     """One row per experiment: what it runs and how big, read from the config."""
     c = config
@@ -109,12 +126,7 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
             f"{grid(c['escalation'], 'variants', 'seeds')} trained networks of depth "
             f"{c['escalation']['depth']} on {c['escalation']['task']}; width "
             f"{c['train']['width']}, {c['train']['steps']} steps"),
-        "E5": lambda: (
-            "depth_grid, train",
-            f"{grid(c['depth_grid'], 'tasks', 'variants', 'depths', 'seeds')} trained networks "
-            f"({_size(c['depth_grid']['variants'])} variants × depths "
-            f"{_list(c['depth_grid']['depths'])} × {_size(c['depth_grid']['seeds'])} seeds); "
-            f"{c['train']['steps']} steps"),
+        "E5": lambda: ("depth_grid, train", _e5_size(c)),
         "E5b": lambda: (
             "rival_fixes, train",
             f"{grid(c['rival_fixes'], 'variants', 'depths', 'seeds')} trained networks "

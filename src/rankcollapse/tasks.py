@@ -33,6 +33,7 @@ class TaskSpec:
     tokens: int  # sequence length n of the input (without a class token)
     classes: int  # output classes per label
     readout: Readout
+    causal: bool = False  # a language model: attention is causal (lower-triangular)
 
     @property
     def chance(self) -> float:
@@ -47,6 +48,9 @@ class TaskData:
     y_train: Tensor  # (N,) or (N, n) int64
     x_test: Tensor
     y_test: Tensor
+    # A validation split for choosing optimiser settings (tuning.py); None: the task has none.
+    x_val: Tensor | None = None
+    y_val: Tensor | None = None
 
 
 def _split(n: int, test_fraction: float, data_seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -55,17 +59,31 @@ def _split(n: int, test_fraction: float, data_seed: int) -> tuple[np.ndarray, np
     return np.sort(order[n_test:]), np.sort(order[:n_test])
 
 
-def digits(patch: int = 2, test_fraction: float = 0.2, data_seed: int = 0) -> TaskData:
+DIGIT_FEATURES = ("centred", "raw", "standardised")
+
+
+def digits(patch: int = 2, test_fraction: float = 0.2, data_seed: int = 0,
+           val_fraction: float = 0.1, features: str = "centred") -> TaskData:
     """scikit-learn's bundled 8x8 handwritten digits (1797 images, 10 classes, no download).
 
     Each image is cut into (8/patch)^2 non-overlapping patch x patch squares, read row by row;
     each square's pixels (scaled to [0, 1]) are one token, as in a ViT. A class token is added
-    by the model. Returns a fixed split drawn with `data_seed`.
+    by the model. Returns a fixed split drawn with `data_seed`: test, then a validation split
+    of `val_fraction` of the rest (carved from the training images).
+
+    features: "raw" pixels leave about a quarter of the 2x2 patches blank, i.e. tokens whose
+    embedding is exactly zero (the patch embedding has no bias), which differ only by their
+    small positional vectors: token similarity high for a reason of the data. "centred"
+    (default) subtracts the per-pixel mean of the training images, so no patch is zero;
+    "standardised" also divides by the per-pixel standard deviation (constant pixels left at 0).
     """
     from sklearn.datasets import load_digits
 
     if 8 % patch:
         raise ValueError(f"digits.patch={patch}: must divide 8 (allowed: 1, 2, 4, 8)")
+    if features not in DIGIT_FEATURES:
+        raise ValueError(f"digits.features={features!r}: allowed values are "
+                         f"{list(DIGIT_FEATURES)}")
     bunch = load_digits()
     images = torch.tensor(bunch.images, dtype=torch.float32) / 16.0  # (N, 8, 8)
     side = 8 // patch
@@ -74,8 +92,67 @@ def digits(patch: int = 2, test_fraction: float = 0.2, data_seed: int = 0) -> Ta
         -1, side * side, patch * patch)
     y = torch.tensor(bunch.target, dtype=torch.int64)
     train, test = _split(len(y), test_fraction, data_seed)
+    if val_fraction > 0:
+        inner_train, inner_val = _split(len(train), val_fraction, data_seed + 1)
+        train, val = train[inner_train], train[inner_val]
+    else:
+        val = None
+    if features != "raw":
+        # Statistics of the training images only: val and test never inform the inputs.
+        mean = x[train].mean(dim=0, keepdim=True)  # (1, tokens, pixels)
+        x = x - mean
+        if features == "standardised":
+            sd = x[train].std(dim=0, keepdim=True)
+            x = torch.where(sd > 0, x / sd.clamp_min(1e-12), torch.zeros_like(x))
     spec = TaskSpec("digits", "features", patch * patch, side * side, 10, "class_token")
-    return TaskData(spec, x[train], y[train], x[test], y[test])
+    return TaskData(spec, x[train], y[train], x[test], y[test],
+                    *((x[val], y[val]) if val is not None else (None, None)))
+
+
+def text_corpus() -> str:
+    """The Python reference manual's topic texts that ship with the standard library
+    (`pydoc_data.topics`, about 465 KB of English prose and code), topics in sorted order."""
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
+
+
+def text_vocabulary() -> list[str]:
+    """The characters of the corpus, sorted: a character-level vocabulary."""
+    return sorted(set(text_corpus()))
+
+
+def text(length: int = 32, eval_windows: int = 256, val_fraction: float = 0.05,
+         test_fraction: float = 0.05) -> TaskData:
+    """Causal character-level language modelling of `text_corpus()`.
+
+    The corpus is cut into three contiguous blocks, train / validation / test (90 / 5 / 5 by
+    default, in that order); each block into non-overlapping windows of `length` + 1
+    characters: the input is the first `length`, the label of position i the character after
+    it. Validation and test keep the first `eval_windows` windows of their blocks. Metric: bits
+    per character = test cross-entropy / ln 2. The split is fixed (no seed).
+    """
+    corpus = text_corpus()
+    vocab = {c: i for i, c in enumerate(sorted(set(corpus)))}
+    ids = torch.tensor([vocab[c] for c in corpus], dtype=torch.int64)
+    n_val, n_test = round(val_fraction * len(ids)), round(test_fraction * len(ids))
+    n_train = len(ids) - n_val - n_test
+    blocks = ids[:n_train], ids[n_train:n_train + n_val], ids[n_train + n_val:]
+
+    def windows(block: Tensor, limit: int | None = None) -> tuple[Tensor, Tensor]:
+        count = (len(block) - 1) // length
+        if limit is not None:
+            count = min(count, limit)
+        w = block[:count * length + 1]
+        x = w[:-1].view(count, length)
+        y = w[1:].view(count, length)  # w is contiguous: y[i, j] = w[i * length + j + 1]
+        return x, y
+
+    (x_tr, y_tr), (x_va, y_va), (x_te, y_te) = (windows(blocks[0]),
+                                                windows(blocks[1], eval_windows),
+                                                windows(blocks[2], eval_windows))
+    spec = TaskSpec("text", "tokens", len(vocab), length, len(vocab), "per_token", causal=True)
+    return TaskData(spec, x_tr, y_tr, x_te, y_te, x_va, y_va)
 
 
 def sorting(vocab: int = 10, length: int = 8, train_size: int = 8000, test_size: int = 1000,
@@ -132,6 +209,7 @@ def hull(points: int = 10, train_size: int = 4000, test_size: int = 500,
 
 TASKS: dict[str, Callable[..., TaskData]] = {
     "digits": digits, "sorting": sorting, "memorisation": memorisation, "hull": hull,
+    "text": text,
 }
 
 
@@ -151,6 +229,9 @@ def task_spec(name: str, **options) -> TaskSpec:
         return TaskSpec("sorting", "tokens", o["vocab"], o["length"], o["vocab"], "per_token")
     if name == "memorisation":
         return TaskSpec("memorisation", "tokens", o["vocab"], o["length"], 2, "per_token")
+    if name == "text":
+        vocab = len(text_vocabulary())
+        return TaskSpec("text", "tokens", vocab, o["length"], vocab, "per_token", causal=True)
     return TaskSpec("hull", "features", 2, o["points"], 2, "per_token")
 
 

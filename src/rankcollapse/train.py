@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import io, runtime
-from .metrics import layer_metrics
+from .metrics import layer_metrics, token_similarity
 from .model import TaskModel, build_task_model
 from .tasks import TaskData, TaskSpec, make_task
 
@@ -269,7 +269,11 @@ def layer_table(model: TaskModel, x: Tensor) -> pd.DataFrame:
     frames = []
     for layer, hidden in enumerate(trace.hidden):
         attn = trace.attention[layer - 1] if layer > 0 else None
+        mid = trace.after_attention[layer - 1] if layer > 0 else None
         values = {k: v.double().cpu().numpy() for k, v in layer_metrics(hidden, attn).items()}
+        values["token_similarity_after_attention"] = (
+            token_similarity(mid).double().cpu().numpy() if mid is not None
+            else np.full(len(x), np.nan))
         frames.append(pd.DataFrame({"sample": range(len(x)), "layer": layer, **values}))
     return pd.concat(frames, ignore_index=True)
 

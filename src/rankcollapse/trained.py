@@ -1,4 +1,5 @@
-"""Fits and summaries of trained-model tables (E4, E5): pure functions of DataFrames."""
+"""Fits and summaries of trained-model tables (E4, E5): pure functions of DataFrames; and two
+small measurements of the digits inputs themselves (blank patches, layer-0 t_sim at init)."""
 
 from __future__ import annotations
 
@@ -46,10 +47,11 @@ def escalation_fits(table: pd.DataFrame, floor: float = 1e-12) -> dict[str, floa
 
 def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
     """One row per trained run: task, variant, depth, seed (and peak_lr, warmup, weight_decay
-    when the table has them), accuracy, diverged, chance.
+    when the table has them), accuracy, bpc (test bits per label: cross-entropy / ln 2), diverged,
+    chance.
 
-    A diverged run counts at chance accuracy (its weights are not finite, so it predicts nothing);
-    the `diverged` column keeps it visible.
+    A diverged run counts at chance accuracy and at the bits of a uniform guess, log2(classes)
+    (its weights are not finite, so it predicts nothing); the `diverged` column keeps it visible.
     """
     # One run per member: seed, and the optimiser settings where a sweep gives several per seed.
     member = ["seed", *(c for c in ("peak_lr", "warmup", "weight_decay") if c in metrics)]
@@ -59,5 +61,65 @@ def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
           diverged=("diverged", "first"), diverged_step=("diverged_step", "first"),
           chance=("chance", "first"))
     runs["accuracy"] = np.where(runs.diverged, runs.chance, runs.test_accuracy)
+    runs["bpc"] = np.where(runs.diverged, -np.log2(runs.chance), runs.test_loss / np.log(2))
     return runs
 
+
+
+def seed_interval(values, resamples: int = 1000) -> tuple[float, float, float, str]:
+    """(mean, low, high, method) of per-seed values: a 95% percentile bootstrap of the mean over
+    seeds with >= 5 seeds, the range of the seeds with fewer (as the claims' intervals)."""
+    from .claims import over_runs, sample_interval
+
+    values = [float(v) for v in values]
+    if not values:
+        return float("nan"), float("nan"), float("nan"), "no seeds"
+    m = over_runs("interval", dict(enumerate(values)), lambda u: float(np.mean(u)), resamples)
+    lo, hi = sample_interval(m) or (float("nan"), float("nan"))
+    return float(m.value), lo, hi, m.method
+
+
+def selected_settings(tuning: pd.DataFrame) -> pd.DataFrame:
+    """One row per tuned arm (task, variant, depth): the selected peak_lr, warmup and
+    weight_decay, with the sweep's mean validation numbers at that setting."""
+    sel = tuning[(tuning.role == "sweep") & tuning.selected]
+    return sel.groupby(["task", "variant", "depth"], as_index=False, sort=False).agg(
+        peak_lr=("peak_lr", "first"), warmup=("warmup", "first"),
+        weight_decay=("weight_decay", "first"), val_loss=("val_loss", "mean"),
+        val_accuracy=("val_accuracy", "mean"))
+
+
+def blank_patch_share(task_options: dict) -> float:
+    """Share of the digits patches (train, validation and test) whose features are all zero."""
+    import torch
+
+    from .tasks import make_task
+
+    data = make_task("digits", **task_options)
+    parts = [p for p in (data.x_train, data.x_val, data.x_test) if p is not None]
+    x = torch.cat(parts)  # (N, tokens, pixels)
+    return float((x.abs().sum(dim=-1) == 0).float().mean())
+
+
+def layer0_similarity(task_options: dict, variant: dict, model_options: dict, seeds: list[int],
+                      features: list[str], eval_size: int = 256) -> pd.DataFrame:
+    """t_sim of the embedded digits test images (the stack's input, layer 0) of models at init,
+    one per seed, for each patch-feature option: rows (seed, features, token_similarity), the
+    mean over the first `eval_size` test images."""
+    import torch
+
+    from .metrics import token_similarity
+    from .tasks import make_task
+    from .train import new_model
+
+    rows = []
+    for option in dict.fromkeys(features):
+        data = make_task("digits", **{**task_options, "features": option})
+        x = data.x_test[:eval_size]
+        for seed in seeds:
+            model = new_model(data.spec, variant, model_options, int(seed)).eval()
+            with torch.no_grad():
+                _, trace = model(x, capture=True)
+            rows.append({"seed": int(seed), "features": option,
+                         "token_similarity": float(token_similarity(trace.hidden[0]).mean())})
+    return pd.DataFrame(rows)

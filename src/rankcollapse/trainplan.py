@@ -1,9 +1,10 @@
 """The workflow's training grid as ensembles, planned from the config before any job runs.
 
-Every training experiment (E4, E5, E5b, E2) asks for runs of architectures (task, variant,
-depth) over seeds and optimiser settings. The config gives `lr`, `warmup` and `weight_decay`
-as a number or a list (a sweep); an experiment's members for one architecture are the product
-seeds x lr x warmup x weight_decay. All members of one architecture, whichever experiments ask
+Every training experiment (E4, E5b, E2; E5 is tuned per arm: `tuned_runs`, at the end) asks
+for runs of architectures (task, variant, depth) over seeds and optimiser settings. The config
+gives `lr`, `warmup` and `weight_decay` as a number or a list (a sweep); an experiment's members
+for one architecture are the product seeds x lr x warmup x weight_decay. All members of one
+architecture, whichever experiments ask
 for them, train as one ensemble (`rankcollapse.ensemble`), split into several when they would
 not fit `train.ensemble_memory_mb`:
 
@@ -26,7 +27,8 @@ from .model import ModelConfig
 from .tasks import TaskSpec, task_spec
 from .train import TrainConfig
 
-EXPERIMENTS = ("E4", "E5", "E5b", "E2")
+# Experiments trained through the `train` rule; E5 is tuned per arm (`tuned_runs`, tuning.py).
+EXPERIMENTS = ("E4", "E5b", "E2")
 MODEL_KEYS = ("width", "heads", "mlp_ratio")
 # Keys of the `train` block that are not TrainConfig fields.
 PLAN_KEYS = ("eval_size", "gpu", "ensemble_memory_mb")
@@ -97,10 +99,6 @@ def _runs(config: dict, experiment: str) -> list[tuple[str, str, int, list[int]]
     if experiment == "E4":
         e = config["escalation"]
         return [(e["task"], v, e["depth"], e["seeds"]) for v in e["variants"]]
-    if experiment == "E5":
-        g = config["depth_grid"]
-        return [(t, v, d, g["seeds"]) for t in g["tasks"] for v in g["variants"]
-                for d in g["depths"]]
     raise ValueError(f"experiment={experiment!r}: allowed values are {list(EXPERIMENTS)}")
 
 
@@ -244,3 +242,43 @@ def select_members(table, members: list[dict]):
     keys = table[IDENTITY].reset_index(drop=True)
     mask = keys.merge(wanted.assign(_keep=True), on=IDENTITY, how="left")["_keep"].eq(True)
     return table[mask.to_numpy()].reset_index(drop=True)
+
+
+# ---- E5: per-arm tuning ---------------------------------------------------------------------
+
+TUNED_SHARED = ("schedule", "clip", "checkpoint_every", "eval_every")
+
+
+def grid_depths(grid: dict, task: str) -> list[int]:
+    """depth_grid.depths for `task`: one list for every task, or {task: list}."""
+    depths = grid["depths"]
+    return sorted(int(d) for d in (depths[task] if isinstance(depths, dict) else depths))
+
+
+def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
+    """(task, variant, depth) of every E5 job: the grid's variants at each of the task's
+    depths, and the placement variants at its deepest depth (for placement_tasks)."""
+    g = config["depth_grid"]
+    runs = []
+    for task in g["tasks"]:
+        depths = grid_depths(g, task)
+        runs += [(task, v, d) for v in g["variants"] for d in depths]
+        if task in g.get("placement_tasks", []):
+            runs += [(task, v, depths[-1]) for v in g.get("placements", [])
+                     if (task, v, depths[-1]) not in runs]
+    return runs
+
+
+def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
+    """Everything one tuned job needs (tuning.run_tuned_job's arguments but the paths)."""
+    g, train = config["depth_grid"], config["train"]
+    defaults = asdict(TrainConfig())
+    shared = {k: train.get(k, defaults[k]) for k in TUNED_SHARED}
+    shared.update(steps=g["steps"], batch=g["batch"])
+    return {"task": task, "task_options": dict(config["tasks"][task]),
+            "variant": config["variants"][variant],
+            "model_options": {**{k: train[k] for k in MODEL_KEYS}, "depth": int(depth)},
+            "train_options": shared,
+            "sweep": {k: g[k] for k in MEMBER_FIELDS},
+            "tuning_seeds": [int(s) for s in g["tuning_seeds"]],
+            "final_seeds": [int(s) for s in g["seeds"]]}

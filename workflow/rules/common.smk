@@ -93,6 +93,7 @@ EXPERIMENTS = {
         "tables": {
             "metrics": "results/tables/E5_metrics.parquet",
             "history": "results/tables/E5_history.parquet",
+            "tuning": "results/tables/E5_tuning.parquet",
         },
         "settings": ["depth_grid", "train", "tasks"],
     },
@@ -238,6 +239,35 @@ def train_params(wildcards):
     return trainplan.job_params(config, ENSEMBLES[key])
 
 
+# E5: one tuned job per (task, variant, depth) (rankcollapse.tuning).
+TUNED = trainplan.tuned_runs(config) if "E5" in config["report"]["experiments"] else []
+TUNED_FILES = {
+    "metrics": "results/tuned_metrics/{}/{}/L{}.parquet",
+    "history": "results/tuned/{}/{}/L{}/history.parquet",
+    "tuning": "results/tuned/{}/{}/L{}/tuning.parquet",
+    "train_benchmark": "results/benchmarks/tuned/{}/{}/L{}.tsv",
+    "metrics_benchmark": "results/benchmarks/tuned_metrics/{}/{}/L{}.tsv",
+}
+
+
+def tuned_files(kind):
+    return [TUNED_FILES[kind].format(*run) for run in TUNED]
+
+
+def tuned_tables(wildcards):
+    """The per-job tables collected into results/tables/E5_{kind}.parquet."""
+    return tuned_files(wildcards.kind)
+
+
+def tuned_params(wildcards):
+    key = (wildcards.task, wildcards.variant, int(wildcards.depth))
+    if key not in TUNED:
+        raise ValueError(
+            f"no tuned E5 job {key} in this config; planned: {sorted(TUNED)}"
+        )
+    return trainplan.tuned_params(config, *key)
+
+
 def path_tables(wildcards=None):
     """E2's per-ensemble path-accuracy tables."""
     return train_files("paths", train_jobs("E2"))
@@ -308,13 +338,17 @@ def benchmark_files(wildcards=None):
             "results/benchmarks/collect/E6_{table}.tsv", table=PARTICLE_TABLES
         )
     training = set()
-    for experiment in {"E4", "E5", "E5b"} & set(report_experiments()):
+    for experiment in {"E4", "E5b"} & set(report_experiments()):
         jobs = train_jobs(experiment)
         for kind in ("train_benchmark", "metrics_benchmark"):
             training |= set(train_files(kind, jobs))
-        kinds = ["metrics", "history"] if experiment == "E5" else ["metrics"]
+        training.add(f"results/benchmarks/collect/{experiment}_metrics.tsv")
+    if "E5" in report_experiments():
+        for kind in ("train_benchmark", "metrics_benchmark"):
+            training |= set(tuned_files(kind))
         training |= {
-            f"results/benchmarks/collect/{experiment}_{kind}.tsv" for kind in kinds
+            f"results/benchmarks/collect/E5_{kind}.tsv"
+            for kind in ("metrics", "history", "tuning")
         }
     if "E2" in report_experiments():
         jobs = train_jobs("E2")

@@ -33,7 +33,7 @@ rule collect_train:
     benchmark:
         "results/benchmarks/collect/{experiment}_{kind}.tsv"
     wildcard_constraints:
-        experiment="E4|E5|E5b",
+        experiment="E4|E5b",
         kind="metrics|history",
     conda:
         "../../envs/environment.yaml"
@@ -42,3 +42,42 @@ rule collect_train:
         members=experiment_members,
     script:
         "../scripts/collect_members.py"
+
+
+rule tuned_metrics:
+    input:
+        ensemble="results/tuned/{task}/{variant}/L{depth}/ensemble.pt",
+    output:
+        "results/tuned_metrics/{task}/{variant}/L{depth}.parquet",
+    log:
+        "results/logs/tuned_metrics/{task}/{variant}/L{depth}.log",
+    benchmark:
+        "results/benchmarks/tuned_metrics/{task}/{variant}/L{depth}.tsv"
+    conda:
+        "../../envs/environment.yaml"
+    threads: 1
+    params:
+        eval_size=config["train"]["eval_size"],
+        device="cpu",
+    script:
+        "../scripts/train_metrics.py"
+
+
+# E5's tables: per-layer metrics and histories of the final members, and every member of
+# every sweep with its role (tuning).
+rule collect_tuned:
+    input:
+        tuned_tables,
+    output:
+        "results/tables/E5_{kind}.parquet",
+    log:
+        "results/logs/collect/E5_{kind}.log",
+    benchmark:
+        "results/benchmarks/collect/E5_{kind}.tsv"
+    wildcard_constraints:
+        kind="metrics|history|tuning",
+    conda:
+        "../../envs/environment.yaml"
+    threads: 1
+    script:
+        "../scripts/collect.py"

@@ -22,3 +22,28 @@ rule train:
         device=config["device"],
     script:
         "../scripts/train.py"
+
+
+# E5: one job per (task, variant, depth) tunes its own optimiser settings (rankcollapse.tuning):
+# the sweep on the tuning seeds as one ensemble, selected on the validation split, then the
+# fresh seeds at the selected setting as a second ensemble; tuning.parquet has a row per member
+# of both (role sweep / final).
+rule train_tuned:
+    output:
+        ensemble="results/tuned/{task}/{variant}/L{depth}/ensemble.pt",
+        history="results/tuned/{task}/{variant}/L{depth}/history.parquet",
+        tuning="results/tuned/{task}/{variant}/L{depth}/tuning.parquet",
+    log:
+        "results/logs/tuned/{task}/{variant}/L{depth}.log",
+    benchmark:
+        "results/benchmarks/tuned/{task}/{variant}/L{depth}.tsv"
+    conda:
+        "../../envs/environment.yaml"
+    threads: 1
+    resources:
+        gpu=config["train"]["gpu"],
+    params:
+        job=tuned_params,
+        device=config["device"],
+    script:
+        "../scripts/train_tuned.py"

@@ -331,8 +331,8 @@ def assert_same_results(a: Path, b: Path) -> None:
 
 def claims_in(run: Path) -> list[dict]:
     """Every claim a run's notebooks measured: {"id", "statement", "values"} per claim, the
-    statement from the claims registry (TRANSITION: or from a notebook not yet moved to it) and
-    "values" what must be identical between two runs of the same config."""
+    statement from the claims registry and "values" what must be identical between two runs of
+    the same config."""
     import json
 
     from rankcollapse.claims import load_registry
@@ -344,7 +344,4 @@ def claims_in(run: Path) -> list[dict]:
         for m in section.get("measurements", []):
             out.append({"id": m["id"], "statement": registry[m["id"]].statement,
                         "values": (m["value"], m["samples"], m["interval"], m["n"])})
-        for c in section.get("claims", []):
-            out.append({"id": c["id"], "statement": c["statement"],
-                        "values": (c["measured"], c["interval"], c["verdict"])})
     return out

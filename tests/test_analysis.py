@@ -11,7 +11,7 @@ from rankcollapse.analysis import (
     fit_exponent,
     fit_log_rate,
 )
-from rankcollapse.claims import Claim, verdict
+from rankcollapse.claims import verdict
 
 
 def synthetic(k: float, c: float, r0: float, layers: int, seeds: int = 4, samples: int = 3,
@@ -80,12 +80,3 @@ def test_collapse_summary_columns():
 )
 def test_verdict_rule(measured, interval, low, high, expected):
     assert verdict(measured, interval, low, high) == expected
-
-
-def test_claim_serialises_without_infinities():
-    import json
-
-    c = Claim("X.1", "s", "src", "q", 2.0, (1.8, 2.2), low=1.5)
-    d = c.to_dict()
-    json.dumps(d, allow_nan=False)
-    assert d["verdict"] == "reproduced" and d["criterion"] == "≥ 1.5" and d["high"] is None

@@ -46,17 +46,16 @@ def run(notebook: str | os.PathLike, executed: str | os.PathLike, parameters: di
 
 
 def section(experiment: str, title: str, paper: str, description: str, figures: list[dict],
-            tables: list[dict], numbers: dict, measurements: list | tuple = (),
-            claims: list | None = None) -> dict:
+            tables: list[dict], numbers: dict, measurements: list | tuple = ()) -> dict:
     """The JSON an experiment notebook writes to results/numbers/{experiment}.json.
 
     description: what was done and measured (sizes, protocol, numbers) — never a conclusion:
     the report appends the sentences generated from the claims' verdicts. figures: [{"name",
     "png", "pdf", "caption"}]; tables: [{"caption", "html"}]; measurements: the
     `rankcollapse.claims.Measurement`s of the experiment's registered claims; numbers: named
-    values quoted in the text. (claims: TRANSITION, the old notebook-made rows.)
+    values quoted in the text.
     """
-    out = {
+    return {
         "experiment": experiment,
         "title": title,
         "paper": paper,
@@ -66,6 +65,3 @@ def section(experiment: str, title: str, paper: str, description: str, figures: 
         "measurements": [m.to_dict() for m in measurements],
         "numbers": numbers,
     }
-    if claims is not None:
-        out["claims"] = [c.to_dict() for c in claims]
-    return out

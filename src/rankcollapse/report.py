@@ -204,31 +204,10 @@ def wall_times(benchmarks: list[str | os.PathLike]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stage", "jobs", "total_s", "max_s"])
 
 
-def legacy_rows(section: dict) -> list[dict]:
-    """TRANSITION: rows of a notebook that still makes its own claims (not yet registered)."""
-    rows = []
-    for claim in section.get("claims", []):
-        measured, interval = claim["measured"], claim.get("interval")
-        if measured is None:
-            value = "—"
-        elif interval and all(v is not None for v in interval):
-            value = f"{measured:.3g} [{interval[0]:.3g}, {interval[1]:.3g}]"
-        else:
-            value = f"{measured:.3g}"
-        rows.append({**claim, "experiment": section["experiment"], "value": value,
-                     "kind": "paper", "paper": section["paper"], "basis_type": "convention",
-                     "basis_title": "not yet registered", "basis": "set in the notebook",
-                     "method": "see the quantity", "n": None, "why": claim.get("reason", ""),
-                     "sentence": "", "headline": False, "legacy": True})
-    return rows
-
-
 def ledger(registry: dict, sections: list[dict]) -> list[dict]:
-    """Every claim of the run as a ledger row (registry order, then not-yet-registered rows),
-    each with its kind, basis, interval method, n, verdict and generated sentence."""
+    """Every claim of the run as a ledger row, in registry order, each with its kind, basis,
+    interval method, n, verdict and generated sentence."""
     rows = [row.to_dict() for row in judge_sections(registry, sections)]
-    for section in sections:
-        rows += legacy_rows(section)
     for i, row in enumerate(rows, start=1):
         row["number"] = i
     return rows

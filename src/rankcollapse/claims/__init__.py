@@ -440,6 +440,3 @@ def judge_sections(registry: dict[str, ClaimSpec], sections: list[dict]) -> list
                             + "\n  - ".join(problems))
     return [judge(spec, measured[cid]) for cid, spec in registry.items() if cid in measured]
 
-
-# TRANSITION: notebooks not yet moved to the registry still build these rows themselves.
-from .legacy import Claim  # noqa: E402,F401

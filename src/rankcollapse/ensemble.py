@@ -460,27 +460,39 @@ def run_job(task: str, task_options: dict, variant: dict, model_options: dict,
 
     results = train_ensemble(ensemble, data, team, checkpoint, fingerprint)
 
+    write_members(team, results, ensemble.finals, settings, fingerprints, data.spec,
+                  extra_columns or {}, fingerprint, ensemble_path, history_path)
+    checkpoint.unlink(missing_ok=True)
+    return results
+
+
+def write_members(team: Sequence[Member], results: Sequence[TrainResult], finals: Sequence[dict],
+                  settings: Sequence[dict], hashes: Sequence[str], spec, extra_columns: dict,
+                  fingerprint: str, ensemble_path: str | Path,
+                  history_path: str | Path) -> pd.DataFrame:
+    """Write a trained ensemble's members: ensemble_path ({"members": [weights, settings, spec,
+    final, fingerprint per member], "fingerprint"}) and history_path (every member's history
+    with extra_columns, its identity columns and config_hash). Returns the history table."""
     histories, saved = [], []
-    for m, result, state, settings_k, hash_k in zip(team, results, ensemble.finals, settings,
-                                                    fingerprints, strict=True):
+    for m, result, state, settings_k, hash_k in zip(team, results, finals, settings, hashes,
+                                                    strict=True):
         history = result.history.assign(diverged=result.diverged,
                                          diverged_step=result.diverged_step or 0)
-        for key, value in {**(extra_columns or {}), **m.identity()}.items():
+        for key, value in {**extra_columns, **m.identity()}.items():
             history[key] = value
         history["config_hash"] = hash_k
         histories.append(history)
         final = {"diverged": result.diverged, "diverged_step": result.diverged_step,
                  "test_loss": result.test_loss, "test_accuracy": result.test_accuracy}
         saved.append({"model": {k: v.cpu() for k, v in state.items()}, "settings": settings_k,
-                      "spec": asdict(data.spec), "final": final, "fingerprint": hash_k})
+                      "spec": asdict(spec), "final": final, "fingerprint": hash_k})
         log.info("member %s: %s", m.identity(), final)
     table = pd.concat(histories, ignore_index=True)
     table["code_version"] = io.code_version()
     io.atomic_write(ensemble_path, lambda tmp: torch.save({"members": saved,
                                                            "fingerprint": fingerprint}, tmp))
     io.write_parquet(table, history_path)
-    checkpoint.unlink(missing_ok=True)
-    return results
+    return table
 
 
 def load_members(ensemble_path: str | Path) -> list[dict]:

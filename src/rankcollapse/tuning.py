@@ -22,11 +22,10 @@ import itertools
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from . import io, runtime
 from .ensemble import (
@@ -37,6 +36,7 @@ from .ensemble import (
     member_settings,
     members_from,
     train_ensemble,
+    write_members,
 )
 from .tasks import TaskData, make_task
 from .train import new_model
@@ -171,23 +171,7 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
         table.insert(0, key, value)
     table["code_version"] = io.code_version()
 
-    histories, saved = [], []
-    for m, result, state, settings_k, hash_k in zip(final_team, results, ens.finals, settings,
-                                                    hashes, strict=True):
-        history = result.history.assign(diverged=result.diverged,
-                                         diverged_step=result.diverged_step or 0)
-        for key, value in {**extra, **m.identity()}.items():
-            history[key] = value
-        history["config_hash"] = hash_k
-        histories.append(history)
-        final = {"diverged": result.diverged, "diverged_step": result.diverged_step,
-                 "test_loss": result.test_loss, "test_accuracy": result.test_accuracy}
-        saved.append({"model": {k: v.cpu() for k, v in state.items()}, "settings": settings_k,
-                      "spec": asdict(data.spec), "final": final, "fingerprint": hash_k})
-    history = pd.concat(histories, ignore_index=True)
-    history["code_version"] = io.code_version()
-    io.atomic_write(ensemble_path, lambda tmp: torch.save(
-        {"members": saved, "fingerprint": io.config_hash(hashes)}, tmp))
-    io.write_parquet(history, history_path)
+    write_members(final_team, results, ens.finals, settings, hashes, data.spec, extra,
+                  io.config_hash(hashes), ensemble_path, history_path)
     io.write_parquet(table, tuning_path)
     return chosen

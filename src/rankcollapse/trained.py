@@ -35,8 +35,14 @@ def escalation_fits(table: pd.DataFrame, floor: float = 1e-12) -> dict[str, floa
     a straight line in depth. Returns log_slope, rho, log_r2, lin_slope, lin_r2.
     """
     means = layer_means(table, "token_similarity")
-    layer = means.layer.to_numpy(float)
-    t_sim = means.token_similarity.to_numpy(float)
+    return fits_from_layer_means(means.layer.to_numpy(float),
+                                 means.token_similarity.to_numpy(float), floor)
+
+
+def fits_from_layer_means(layer: np.ndarray, t_sim: np.ndarray,
+                          floor: float = 1e-12) -> dict[str, float]:
+    """escalation_fits from the (seed, layer) means themselves (layer index and mean t_sim of
+    each, in the order layer_means gives them)."""
     t_div = 1.0 - t_sim
     ok = t_div > floor
     log_slope, _, log_r2 = line_fit(layer[ok], np.log(t_div[ok]))

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..trained import escalation_fits
+from ..trained import fits_from_layer_means, layer_means
 from . import Measurement, exact, not_testable, over_runs
 
 FITS = {  # claim: (view, variant, fit key)
@@ -36,13 +36,29 @@ def _pooled(tables: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat([t.assign(seed=i) for i, t in enumerate(tables)], ignore_index=True)
 
 
+def _seed_means(table: pd.DataFrame) -> dict:
+    """Per seed, its (layer, mean t_sim) arrays: what escalation_fits fits of a pooled table, so
+    a resample concatenates arrays instead of re-grouping the drawn seeds' tables (the same
+    points in the same order, hence the same floats)."""
+    out = {}
+    for seed, t in table.groupby("seed"):
+        means = layer_means(t, "token_similarity")
+        out[int(seed)] = (means.layer.to_numpy(float), means.token_similarity.to_numpy(float))
+    return out
+
+
+def _fits(units: list[tuple], floor: float) -> dict[str, float]:
+    return fits_from_layer_means(np.concatenate([u[0] for u in units]),
+                                 np.concatenate([u[1] for u in units]), floor)
+
+
 def fit_statistic(key: str, floor: float):
-    return lambda tables: escalation_fits(_pooled(tables), floor)[key]
+    return lambda units: _fits(units, floor)[key]
 
 
-def reading_gap(tables: list[pd.DataFrame]) -> float:
-    """R²(log t_div) − R²(t_sim linear) of the seed-mean t_sim per layer."""
-    f = escalation_fits(_pooled(tables))
+def reading_gap(units: list[tuple]) -> float:
+    """R²(log t_div) − R²(t_sim linear) of the seeds' per-layer mean t_sim."""
+    f = _fits(units, 1e-12)
     return f["log_r2"] - f["lin_r2"]
 
 
@@ -78,11 +94,11 @@ def measure(views: dict[str, pd.DataFrame], floors: dict[str, float], blank_shar
         if t.token_similarity.notna().sum() == 0:
             out.append(not_testable(cid, f"{variant} not measured ({view})"))
             continue
-        out.append(over_runs(cid, _seeds(t), fit_statistic(key, floors[view]), resamples,
+        out.append(over_runs(cid, _seed_means(t), fit_statistic(key, floors[view]), resamples,
                              note=f"{variant}, {view}"))
     t = views["init_gaussian"]
     t = t[t.variant == "post_ln"]
-    out.append(over_runs("E4.which_reading", _seeds(t), reading_gap, resamples)
+    out.append(over_runs("E4.which_reading", _seed_means(t), reading_gap, resamples)
                if len(t) else not_testable("E4.which_reading", "post_ln not measured at init"))
     # |λ₂| of a network whose tokens have collapsed is trivially 0 (uniform, rank-one attention),
     # so the spectral gap is measured on a variant that trains at every depth: pre-LN.

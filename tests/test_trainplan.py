@@ -37,7 +37,7 @@ def _config(**blocks) -> dict:
 
 def test_members_are_seeds_times_the_optimiser_sweep():
     config = _config(train={"lr": [1e-3, 2e-3, 4e-3], "warmup": [10, 40]},
-                     escalation={"seeds": [0, 1, 2]})
+                     escalation={"seeds": [0, 1, 2], "depth": 16})
     group = trainplan.experiment_groups(config, "E4")[("digits", "post_ln", 16)]
     assert len(group.members) == 3 * 3 * 2
     assert {(m["seed"], m["lr"], m["warmup"]) for m in group.members} == {
@@ -47,7 +47,8 @@ def test_members_are_seeds_times_the_optimiser_sweep():
 
 
 def test_one_ensemble_per_architecture_holds_every_experiment_s_members():
-    config = _config(escalation={"seeds": [0, 5]}, rival_fixes={"seeds": [0, 1], "depths": [16]})
+    config = _config(escalation={"seeds": [0, 5], "depth": 16},
+                     rival_fixes={"seeds": [0, 1], "depths": [16]})
     groups = trainplan.groups(config)
     shared = groups[("digits", "post_ln", 16)]  # trained by E4 and E5b
     assert [m["seed"] for m in shared.members] == [0, 1, 5]
@@ -114,7 +115,7 @@ def test_split_is_contiguous_near_equal_and_fits(count, per_member, budget):
 
 
 def test_memory_budget_splits_an_architecture_deterministically():
-    config = _config(escalation={"seeds": list(range(10))})
+    config = _config(escalation={"seeds": list(range(10)), "depth": 16})
     group = trainplan.groups(config)[("digits", "post_ln", 16)]
     per = trainplan.member_memory_mb("digits", {}, PRESETS["post_ln"], group.model_options, 64)
     config["train"]["ensemble_memory_mb"] = int(per * 4) + 1  # 4 members fit, not 5

@@ -30,10 +30,9 @@ except ImportError:
 
 ROOT = Path(__file__).resolve().parents[1]
 # Stage folder under results/benchmarks -> rule name
-STAGE_RULE = {"init": "init_sweep", "train": "train", "metrics": "train_metrics",
-              "particles": "particles", "realarch": "realarch", "paths": "path_accuracy",
-              "circle": "circle", "notebooks": "notebook", "collect": "collect",
-              "tuned": "train_tuned", "tuned_metrics": "tuned_metrics"}
+STAGE_RULE = {"init": "init_sweep", "train": "train", "particles": "particles",
+              "realarch": "realarch", "paths": "path_accuracy", "circle": "circle",
+              "notebooks": "notebook", "collect": "collect", "tuned": "train_tuned"}
 CORES_PER_NODE = 16
 # Assumptions of the GPU projection (not measured here; no GPU was available):
 GPU_PEAK_FLOPS = 19.5e12  # an A100's float32 (non-tensor-core) peak; an H100 has ~3x

@@ -219,7 +219,7 @@ def _slurm_smoke_run(config: pytest.Config, cleanups: list) -> Path:
          "--seconds-between-status-checks", "1",  # a test cluster answers at once
          "--jobs", "8",
          # A bundle of N tiny jobs asks for N CPUs; the test node declares 4 per core.
-         "--group-components", "init=2", "particles=2", "metrics=2",
+         "--group-components", "init=2", "particles=2",
          # The local runs use 1 thread per job; the same thread count gives the same floats.
          "--set-threads", "train=1"],
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -243,7 +243,7 @@ def smoke_slurm() -> Path:
     return _background("slurm")
 
 
-def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float = 600) -> bool:
+def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float = 1800) -> bool:
     """Start the workflow; SIGKILL its whole process tree once marker_dir has a file.
 
     Returns False if the run finished before the marker appeared.

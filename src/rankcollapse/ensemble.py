@@ -587,3 +587,15 @@ def measure_job(ensemble_path: str | Path, eval_size: int, device: str = "cpu",
     out = pd.concat(frames, ignore_index=True)
     out["code_version"] = io.code_version()
     return out
+
+
+def write_metrics(ensemble_path: str | Path, metrics_path: str | Path, eval_size: int,
+                  identity: dict, threads: int = 1) -> pd.DataFrame:
+    """measure_job on the CPU for a freshly trained ensemble, the given identity columns (task,
+    variant) first, written to metrics_path. The training jobs call it once their ensemble is
+    written, so measuring costs no job (and no interpreter start) of its own."""
+    table = measure_job(ensemble_path, eval_size=eval_size, device="cpu", threads=threads)
+    for position, (key, value) in enumerate(identity.items()):
+        table.insert(position, key, value)
+    io.write_parquet(table, metrics_path)
+    return table

@@ -158,14 +158,17 @@ def particle_plan():
     return homogenized.plan(config["particles"], config["init_sweep"])
 
 
-def particle_tables(wildcards):
-    """The per-point tables collected into results/tables/E6_{table}.parquet."""
+def particle_tables(wildcards=None):
+    """{table: the per-point tables collected into results/tables/E6_{table}.parquet}."""
     plan = particle_plan()
-    return [
-        f"results/particles/{study}/{point}.parquet"
-        for study in PARTICLE_TABLES[wildcards.table]
-        for point in plan[study]
-    ]
+    return {
+        table: [
+            f"results/particles/{study}/{point}.parquet"
+            for study in studies
+            for point in plan[study]
+        ]
+        for table, studies in PARTICLE_TABLES.items()
+    }
 
 
 def particle_params(wildcards):
@@ -182,9 +185,8 @@ ENSEMBLES = {
 
 TRAIN_FILES = {
     "history": "results/train/{}/{}/L{}/part{}/history.parquet",
-    "metrics": "results/metrics/{}/{}/L{}/part{}.parquet",
+    "metrics": "results/train/{}/{}/L{}/part{}/metrics.parquet",
     "train_benchmark": "results/benchmarks/train/{}/{}/L{}/part{}.tsv",
-    "metrics_benchmark": "results/benchmarks/metrics/{}/{}/L{}/part{}.tsv",
     "paths": "results/paths/{}/{}/L{}/part{}.parquet",
     "paths_benchmark": "results/benchmarks/paths/{}/{}/L{}/part{}.tsv",
 }
@@ -242,11 +244,10 @@ def train_params(wildcards):
 # E5: one tuned job per (task, variant, depth) (rankcollapse.tuning).
 TUNED = trainplan.tuned_runs(config) if "E5" in config["report"]["experiments"] else []
 TUNED_FILES = {
-    "metrics": "results/tuned_metrics/{}/{}/L{}.parquet",
+    "metrics": "results/tuned/{}/{}/L{}/metrics.parquet",
     "history": "results/tuned/{}/{}/L{}/history.parquet",
     "tuning": "results/tuned/{}/{}/L{}/tuning.parquet",
     "train_benchmark": "results/benchmarks/tuned/{}/{}/L{}.tsv",
-    "metrics_benchmark": "results/benchmarks/tuned_metrics/{}/{}/L{}.tsv",
 }
 
 
@@ -254,9 +255,9 @@ def tuned_files(kind):
     return [TUNED_FILES[kind].format(*run) for run in TUNED]
 
 
-def tuned_tables(wildcards):
-    """The per-job tables collected into results/tables/E5_{kind}.parquet."""
-    return tuned_files(wildcards.kind)
+def tuned_tables(wildcards=None):
+    """{kind: the per-job tables collected into results/tables/E5_{kind}.parquet}."""
+    return {kind: tuned_files(kind) for kind in ("metrics", "history", "tuning")}
 
 
 def tuned_params(wildcards):
@@ -334,22 +335,14 @@ def benchmark_files(wildcards=None):
             for study, points in particle_plan().items()
             for point in points
         ]
-        particles += expand(
-            "results/benchmarks/collect/E6_{table}.tsv", table=PARTICLE_TABLES
-        )
+        particles.append("results/benchmarks/collect/E6.tsv")
     training = set()
     for experiment in {"E4", "E5b"} & set(report_experiments()):
-        jobs = train_jobs(experiment)
-        for kind in ("train_benchmark", "metrics_benchmark"):
-            training |= set(train_files(kind, jobs))
+        training |= set(train_files("train_benchmark", train_jobs(experiment)))
         training.add(f"results/benchmarks/collect/{experiment}_metrics.tsv")
     if "E5" in report_experiments():
-        for kind in ("train_benchmark", "metrics_benchmark"):
-            training |= set(tuned_files(kind))
-        training |= {
-            f"results/benchmarks/collect/E5_{kind}.tsv"
-            for kind in ("metrics", "history", "tuning")
-        }
+        training |= set(tuned_files("train_benchmark"))
+        training.add("results/benchmarks/collect/E5.tsv")
     if "E2" in report_experiments():
         jobs = train_jobs("E2")
         for kind in ("train_benchmark", "paths_benchmark"):

@@ -1,26 +1,5 @@
-# Per-layer metrics of trained networks (and of the same networks at init) on a fixed test
-# batch, plus final test loss/accuracy, every member of an ensemble in one batched pass; then
-# one table per experiment with its own members. Measuring is a few small forward passes, so
-# it runs on the CPU and leaves the GPUs to the training jobs.
-
-
-rule train_metrics:
-    input:
-        ensemble="results/train/{task}/{variant}/L{depth}/part{part}/ensemble.pt",
-    output:
-        "results/metrics/{task}/{variant}/L{depth}/part{part}.parquet",
-    log:
-        "results/logs/metrics/{task}/{variant}/L{depth}/part{part}.log",
-    benchmark:
-        "results/benchmarks/metrics/{task}/{variant}/L{depth}/part{part}.tsv"
-    conda:
-        "../../envs/environment.yaml"
-    threads: 1
-    params:
-        eval_size=config["train"]["eval_size"],
-        device="cpu",
-    script:
-        "../scripts/train_metrics.py"
+# One table per experiment of the per-layer metrics (and histories) that the training jobs
+# measured (workflow/rules/train.smk), with the experiment's own members.
 
 
 rule collect_train:
@@ -44,38 +23,19 @@ rule collect_train:
         "../scripts/collect_members.py"
 
 
-rule tuned_metrics:
-    input:
-        ensemble="results/tuned/{task}/{variant}/L{depth}/ensemble.pt",
-    output:
-        "results/tuned_metrics/{task}/{variant}/L{depth}.parquet",
-    log:
-        "results/logs/tuned_metrics/{task}/{variant}/L{depth}.log",
-    benchmark:
-        "results/benchmarks/tuned_metrics/{task}/{variant}/L{depth}.tsv"
-    conda:
-        "../../envs/environment.yaml"
-    threads: 1
-    params:
-        eval_size=config["train"]["eval_size"],
-        device="cpu",
-    script:
-        "../scripts/train_metrics.py"
-
-
-# E5's tables: per-layer metrics and histories of the final members, and every member of
-# every sweep with its role (tuning).
+# E5's tables, in one job: per-layer metrics and histories of the final members, and every
+# member of every sweep with its role (tuning).
 rule collect_tuned:
     input:
-        tuned_tables,
+        unpack(tuned_tables),
     output:
-        "results/tables/E5_{kind}.parquet",
+        metrics="results/tables/E5_metrics.parquet",
+        history="results/tables/E5_history.parquet",
+        tuning="results/tables/E5_tuning.parquet",
     log:
-        "results/logs/collect/E5_{kind}.log",
+        "results/logs/collect/E5.log",
     benchmark:
-        "results/benchmarks/collect/E5_{kind}.tsv"
-    wildcard_constraints:
-        kind="metrics|history|tuning",
+        "results/benchmarks/collect/E5.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -1,6 +1,6 @@
 # E6: random multi-head attention on the sphere [KGR26]. One job per point of a study (a point
-# batches a whole grid: rankcollapse.homogenized.plan), then one collected table per group of
-# studies.
+# batches a whole grid: rankcollapse.homogenized.plan), then one job that collects a table per
+# group of studies.
 
 
 rule particles:
@@ -21,13 +21,13 @@ rule particles:
 
 rule collect_particles:
     input:
-        particle_tables,
+        unpack(particle_tables),
     output:
-        "results/tables/E6_{table}.parquet",
+        **{table: f"results/tables/E6_{table}.parquet" for table in PARTICLE_TABLES},
     log:
-        "results/logs/collect/E6_{table}.log",
+        "results/logs/collect/E6.log",
     benchmark:
-        "results/benchmarks/collect/E6_{table}.tsv"
+        "results/benchmarks/collect/E6.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -1,13 +1,16 @@
 # E2/E4/E5/E5b training: one job per ensemble, all members (seeds x optimiser settings) of one
 # (task, variant, depth) as one batched model, split into parts by train.ensemble_memory_mb.
 # A killed job resumes from the checkpoint.pt beside its outputs; a diverged member is
-# recorded (flagged, with its step) and the others go on.
+# recorded (flagged, with its step) and the others go on. The same job then measures every
+# member's per-layer metrics (trained and at init) on a fixed test batch in one batched pass on
+# the CPU (metrics.parquet): a few small forward passes, not worth a job of their own.
 
 
 rule train:
     output:
         ensemble="results/train/{task}/{variant}/L{depth}/part{part}/ensemble.pt",
         history="results/train/{task}/{variant}/L{depth}/part{part}/history.parquet",
+        metrics="results/train/{task}/{variant}/L{depth}/part{part}/metrics.parquet",
     log:
         "results/logs/train/{task}/{variant}/L{depth}/part{part}.log",
     benchmark:
@@ -20,6 +23,7 @@ rule train:
     params:
         job=train_params,
         device=config["device"],
+        eval_size=config["train"]["eval_size"],
     script:
         "../scripts/train.py"
 
@@ -27,12 +31,13 @@ rule train:
 # E5: one job per (task, variant, depth) tunes its own optimiser settings (rankcollapse.tuning):
 # the sweep on the tuning seeds as one ensemble, selected on the validation split, then the
 # fresh seeds at the selected setting as a second ensemble; tuning.parquet has a row per member
-# of both (role sweep / final).
+# of both (role sweep / final); metrics.parquet the final members' per-layer metrics.
 rule train_tuned:
     output:
         ensemble="results/tuned/{task}/{variant}/L{depth}/ensemble.pt",
         history="results/tuned/{task}/{variant}/L{depth}/history.parquet",
         tuning="results/tuned/{task}/{variant}/L{depth}/tuning.parquet",
+        metrics="results/tuned/{task}/{variant}/L{depth}/metrics.parquet",
     log:
         "results/logs/tuned/{task}/{variant}/L{depth}.log",
     benchmark:
@@ -45,5 +50,6 @@ rule train_tuned:
     params:
         job=tuned_params,
         device=config["device"],
+        eval_size=config["train"]["eval_size"],
     script:
         "../scripts/train_tuned.py"

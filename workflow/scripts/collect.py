@@ -1,10 +1,16 @@
-"""Concatenate per-job tables into one experiment table."""
+"""Concatenate per-job tables into experiment tables: all inputs into the one output, or, for a
+rule with named outputs, each named input list into the output of the same name (one job
+writes all the tables of an experiment)."""
 
 import logging
 
 from rankcollapse import io
 
 io.log_to(snakemake.log[0])
-table = io.concat_parquet(snakemake.input)
-io.write_parquet(table, snakemake.output[0])
-logging.info("collected %d files, %d rows", len(snakemake.input), len(table))
+names = list(snakemake.output.keys())
+pairs = ([(snakemake.input[n], snakemake.output[n]) for n in names] if names
+         else [(snakemake.input, snakemake.output[0])])
+for inputs, output in pairs:
+    table = io.concat_parquet(inputs)
+    io.write_parquet(table, output)
+    logging.info("%s: collected %d files, %d rows", output, len(inputs), len(table))

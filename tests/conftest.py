@@ -67,13 +67,112 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float 
             f"snakemake {' '.join(args)} would run the workflow for real, but this pytest run "
             "deselects real runs (-m 'not realrun'): mark the test `realrun`, or add the fixture "
             "that runs the workflow to REAL_RUN_FIXTURES in tests/conftest.py")
-    proc = subprocess.run(
-        [*SNAKEMAKE, *args], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, timeout=timeout,
-    )
+    if threading.current_thread() is threading.main_thread():
+        proc = _fork_server().run(workdir, list(args), timeout)
+    else:  # the background runs: one process each, so that they run at the same time
+        proc = subprocess.run(
+            [*SNAKEMAKE, *args], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=timeout,
+        )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-6000:]}")
     return proc
+
+
+# The tests' snakemake calls (dry-runs, lint, bad configs, small real runs) each start the same
+# CLI, and importing snakemake costs about 1.2 s of CPU, more than most of those calls do. A fork
+# server imports it once; each call is a fork of it that runs `snakemake.cli.main(args)`, the
+# entry point of `python -m snakemake`, in its own process (own cwd, environment, output and
+# process group), so the calls stay as independent as separate processes.
+_FORK_SERVER = r"""
+import json, os, sys
+import snakemake.cli
+
+for line in sys.stdin:
+    request = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setsid()
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            null = os.open(os.devnull, os.O_RDONLY)
+            out = os.open(request["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(null, 0)
+            os.dup2(out, 1)
+            os.dup2(out, 2)
+            sys.argv = ["snakemake", *request["args"]]
+            try:
+                snakemake.cli.main(request["args"])
+            except SystemExit as exit_:
+                if exit_.code is None or isinstance(exit_.code, int):
+                    code = exit_.code or 0
+                else:
+                    print(exit_.code, file=sys.stderr)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    print(json.dumps({"pid": pid}), flush=True)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+"""
+
+
+class ForkServer:
+    """`run(workdir, args, timeout)`: what subprocess.run([*SNAKEMAKE, *args]) returns."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+
+    def _reply(self, timeout: float | None = None) -> dict:
+        import json
+        import select
+
+        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
+        if not ready:
+            raise TimeoutError
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the snakemake fork server exited ({self._proc.poll()})")
+        return json.loads(line)
+
+    def run(self, workdir: Path, args: list[str], timeout: float):
+        import json
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("r", suffix=".log") as log:
+            request = {"cwd": str(workdir), "args": args, "env": dict(os.environ),
+                       "out": log.name}
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            pid = self._reply()["pid"]
+            try:
+                rc = self._reply(timeout)["rc"]
+            except TimeoutError:
+                os.killpg(pid, signal.SIGKILL)
+                self._reply()
+                raise subprocess.TimeoutExpired([*SNAKEMAKE, *args], timeout, log.read()) from None
+            return subprocess.CompletedProcess([*SNAKEMAKE, *args], rc, log.read())
+
+    def close(self) -> None:
+        self._proc.stdin.close()
+        self._proc.wait(60)
+
+
+_SERVER: list[ForkServer] = []
+
+
+def _fork_server() -> ForkServer:
+    if not _SERVER:
+        _SERVER.append(ForkServer())
+    return _SERVER[0]
 
 
 # Fixtures that run the workflow for real (not a dry-run). Every test that uses one, directly or
@@ -124,6 +223,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for run in BACKGROUND.values():
         run.close()
+    for server in _SERVER:
+        server.close()
 
 
 @pytest.fixture

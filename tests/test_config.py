@@ -2,6 +2,8 @@
 
 import copy
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,7 +115,7 @@ def test_bad_config_is_refused_by_the_checks_the_workflow_runs(name, text, fragm
 
 
 @pytest.mark.workflow
-@pytest.mark.slow  # one snakemake process per bad config: about 4 s of CPU each
+@pytest.mark.slow  # one snakemake call per bad config (a fork of conftest.ForkServer)
 @pytest.mark.parametrize(("name", "text", "fragments"), BAD_CONFIGS,
                          ids=[c[0] for c in BAD_CONFIGS])
 def test_bad_config_stops_before_any_job(workdir, name, text, fragments):
@@ -158,3 +160,20 @@ def test_every_schema_error_is_listed_at_once():
         check_schema(config, SCHEMA)
     message = str(err.value)
     assert "init_sweep.depth" in message and "init_sweep.dtype" in message and "typo" in message
+
+
+def test_planning_the_workflow_imports_neither_torch_nor_pandas():
+    """What Snakemake imports while it parses the workflow (common.smk: the config checks and
+    the planners) stays free of torch and pandas: every snakemake process pays for it, and the
+    SLURM executor starts one per job. torch alone costs about 1.5 s of CPU per process."""
+    code = (
+        "import sys, yaml\n"
+        "from rankcollapse import config, homogenized_plan, trainplan\n"
+        f"cfg = yaml.safe_load(open({str(ROOT / 'workflow/config/default.yaml')!r}))\n"
+        "config.check_config(cfg)\n"
+        "homogenized_plan.plan(cfg['particles'], cfg['init_sweep'])\n"
+        "trainplan.ensembles(cfg)\n"
+        "print(sorted({'torch', 'pandas'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -99,7 +99,7 @@ def check_config(config: dict) -> None:
         )
     problems += _training_problems(config, defined)
     problems += _paths_problems(config, defined)
-    from .homogenized import config_problems  # E6's cross-field checks live with its plan
+    from .homogenized_plan import config_problems  # E6's cross-field checks live with its plan
 
     problems += config_problems(config.get("particles", {}))
     if problems:

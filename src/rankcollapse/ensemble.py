@@ -49,6 +49,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import io, runtime
 from .metrics import layer_metrics, token_similarity
+from .specs import MEMBER_FIELDS
 from .tasks import TaskData, make_task
 from .train import TrainConfig, TrainResult, loss_and_correct, new_model, schedule
 
@@ -57,7 +58,6 @@ log = logging.getLogger(__name__)
 # TrainConfig fields every member of one ensemble shares (one batched step, one schedule of
 # evaluations and checkpoints); the others are per member.
 SHARED_FIELDS = ("steps", "batch", "clip", "checkpoint_every", "eval_every")
-MEMBER_FIELDS = ("lr", "warmup", "weight_decay")
 HISTORY_COLUMNS = ["step", "loss", "lr", "grad_norm", "test_loss", "test_accuracy"]
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as train.train uses
 

@@ -21,67 +21,13 @@ config (workflow/config/*.yaml), and `PRESETS` below holds the same set for libr
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-Norm = Literal["none", "pre", "post"]
-Placement = Literal["branch", "output"]
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    width: int = 64  # d, the residual stream width
-    heads: int = 2  # H; each head has width // heads dimensions
-    depth: int = 6  # L, number of blocks
-    skip: bool = True  # residual connections around attention (and the MLP)
-    mlp: bool = True  # a feed-forward sublayer after attention
-    norm: Norm = "post"  # LayerNorm placement: none, pre (x + f(LN x)) or post (LN(x + f x))
-    deescalate: float = 0.0  # tau of Yu & Zhang: attention output Y <- (I - tau/n 11^T) Y
-    temperature: float = 1.0  # beta: logits are beta * <q, k> / sqrt(d_head)
-    center_attention: bool = False  # A <- A - (1/n) 1 1^T (Nait Saada et al., "Mind the Gap")
-    bias: bool = False  # biases in attention's q, k, v and output maps (BERT; Dong et al.'s SAN)
-    branch_scale: Literal["none", "inv_sqrt_depth"] = "none"  # residual branches x 1/sqrt(L)
-    mlp_ratio: int = 4  # hidden width of the MLP = mlp_ratio * width
-    init_std: float | None = None  # std of weight entries; None = 1/sqrt(fan_in) (unit gain)
-    deescalate_at: Placement = "branch"  # centre the attention output (branch) or after post-LN
-    deescalate_mlp: bool = False  # de-escalate the MLP sublayer too, at the same placement
-    causal: bool = False  # lower-triangular attention (token i sees tokens 1..i); set by the task
-
-    def __post_init__(self) -> None:
-        if self.width % self.heads:
-            raise ValueError(f"width={self.width} is not divisible by heads={self.heads}")
-        if self.norm not in ("none", "pre", "post"):
-            raise ValueError(f"norm={self.norm!r}: allowed values are 'none', 'pre', 'post'")
-        if not 0.0 <= self.deescalate <= 1.0:
-            raise ValueError(f"deescalate={self.deescalate}: tau must lie in [0, 1]")
-        if self.deescalate_at not in ("branch", "output"):
-            raise ValueError(f"deescalate_at={self.deescalate_at!r}: allowed values are "
-                             "'branch', 'output'")
-        if self.depth < 1:
-            raise ValueError(f"depth={self.depth}: need at least one block")
-        if self.branch_scale not in ("none", "inv_sqrt_depth"):
-            raise ValueError(f"branch_scale={self.branch_scale!r}: allowed values are 'none', "
-                             "'inv_sqrt_depth'")
-
-    @property
-    def branch_factor(self) -> float:
-        """What each residual branch is multiplied by (Noci et al. 2022: 1/sqrt(L))."""
-        return 1.0 / math.sqrt(self.depth) if self.branch_scale == "inv_sqrt_depth" else 1.0
-
-    @classmethod
-    def from_dict(cls, values: dict) -> ModelConfig:
-        """Build a config, failing fast on keys that are not fields (a typo is an error)."""
-        from .config import from_fields
-
-        return from_fields(cls, values, "model")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
+from .specs import ModelConfig, Norm, Placement  # noqa: F401 - re-exported, defined without torch
 
 # The named variants of DESIGN.md; the workflow config carries the same presets.
 PRESETS: dict[str, dict] = {

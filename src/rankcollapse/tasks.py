@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
-from torch import Tensor
+
+# torch is imported inside the functions that build data: the workflow's planning code
+# (config.py, trainplan.py) reads TASKS and task_spec while Snakemake parses the workflow, in
+# every snakemake process (each SLURM job runs one), and importing torch costs about 1.5 s of CPU.
+if TYPE_CHECKING:
+    from torch import Tensor
 
 Inputs = Literal["features", "tokens"]  # continuous vectors (Linear embedding) or integer ids
 Readout = Literal["class_token", "per_token"]  # one label per sequence, or one per token
@@ -77,6 +81,7 @@ def digits(patch: int = 2, test_fraction: float = 0.2, data_seed: int = 0,
     (default) subtracts the per-pixel mean of the training images, so no patch is zero;
     "standardised" also divides by the per-pixel standard deviation (constant pixels left at 0).
     """
+    import torch
     from sklearn.datasets import load_digits
 
     if 8 % patch:
@@ -132,6 +137,8 @@ def text(length: int = 32, eval_windows: int = 256, val_fraction: float = 0.05,
     it. Validation and test keep the first `eval_windows` windows of their blocks. Metric: bits
     per character = test cross-entropy / ln 2. The split is fixed (no seed).
     """
+    import torch
+
     corpus = text_corpus()
     vocab = {c: i for i, c in enumerate(sorted(set(corpus)))}
     ids = torch.tensor([vocab[c] for c in corpus], dtype=torch.int64)
@@ -161,6 +168,8 @@ def sorting(vocab: int = 10, length: int = 8, train_size: int = 8000, test_size:
     smallest input. One label per token; chance accuracy 1/vocab (Dong et al.'s setting:
     vocab 10, length 8). Train and test sequences are drawn once from `data_seed`.
     """
+    import torch
+
     gen = torch.Generator().manual_seed(data_seed)
     x = torch.randint(0, vocab, (train_size + test_size, length), generator=gen)
     y = x.sort(dim=-1).values
@@ -177,6 +186,8 @@ def memorisation(vocab: int = 16, length: int = 8, train_size: int = 512, test_s
     memorisation task, chance 0.5). The task is to fit the training set: the "test" set is its
     first `test_size` sequences (a fixed subset of what is memorised), not new data.
     """
+    import torch
+
     if test_size > train_size:
         raise ValueError(f"memorisation.test_size={test_size} exceeds train_size={train_size}: "
                          "the test sequences are a subset of the memorised ones")
@@ -193,6 +204,7 @@ def hull(points: int = 10, train_size: int = 4000, test_size: int = 500,
     when it is a vertex of the set's convex hull, else 0 (Dong et al.'s convex-hull task,
     10 points; about half the points are vertices). Inputs are the 2-D coordinates.
     """
+    import torch
     from scipy.spatial import ConvexHull
 
     if points < 3:

@@ -28,36 +28,10 @@ from torch import Tensor
 from . import io, runtime
 from .metrics import layer_metrics, token_similarity
 from .model import TaskModel, build_task_model
+from .specs import SCHEDULES, TrainConfig  # noqa: F401 - re-exported, defined without torch
 from .tasks import TaskData, TaskSpec, make_task
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 400  # optimiser steps
-    batch: int = 64  # examples per step, drawn with replacement from the training set
-    lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
-    weight_decay: float = 0.01  # AdamW's decoupled weight decay
-    warmup: int = 40  # linear warm-up steps; then the `schedule`
-    schedule: str = "cosine"  # after warm-up: cosine decay to 0 at `steps`, or "constant"
-    clip: float = 1.0  # max global gradient norm
-    checkpoint_every: int = 100  # steps between checkpoints (0: never)
-    eval_every: int = 100  # steps between test-set evaluations (the last step always)
-
-    def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule={self.schedule!r}: allowed values are {list(SCHEDULES)}")
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainConfig:
-        from .config import from_fields
-
-        return from_fields(cls, values, "training")
-
-
-# "constant" is Dong et al.'s Adam at a fixed rate (their circle and sorting runs).
-SCHEDULES = ("cosine", "constant")
 
 
 @dataclass

@@ -22,10 +22,8 @@ import itertools
 import math
 from dataclasses import asdict, dataclass, fields
 
-from .ensemble import MEMBER_FIELDS
-from .model import ModelConfig
+from .specs import MEMBER_FIELDS, ModelConfig, TrainConfig
 from .tasks import TaskSpec, task_spec
-from .train import TrainConfig
 
 # Experiments trained through the `train` rule; E5 is tuned per arm (`tuned_runs`, tuning.py).
 EXPERIMENTS = ("E4", "E5b", "E2")

@@ -12,9 +12,9 @@ check_schema(config, load_schema(workflow.source_path("../schemas/config.schema.
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
 
-# The planners import torch (seconds per snakemake start): only once the config has passed, so a
-# bad config is refused quickly.
-from rankcollapse import homogenized, trainplan  # noqa: E402
+# The planners, imported once the config has passed. They import neither torch nor pandas (a test
+# checks it): every snakemake process parses this file, each SLURM job and each resume included.
+from rankcollapse import homogenized_plan, trainplan  # noqa: E402
 
 
 wildcard_constraints:
@@ -33,7 +33,7 @@ wildcard_constraints:
 
 
 # E6: collected table -> the studies it concatenates
-PARTICLE_TABLES = homogenized.TABLES
+PARTICLE_TABLES = homogenized_plan.TABLES
 
 # Each experiment: its notebook and the collected tables it reads. Adding an experiment means
 # adding its notebook, the rules that produce its tables and one entry here.
@@ -154,8 +154,8 @@ def init_sweep_params(wildcards):
 
 
 def particle_plan():
-    """{study: {point: params}} of E6 (rankcollapse.homogenized.plan)."""
-    return homogenized.plan(config["particles"], config["init_sweep"])
+    """{study: {point: params}} of E6 (rankcollapse.homogenized_plan.plan)."""
+    return homogenized_plan.plan(config["particles"], config["init_sweep"])
 
 
 def particle_tables(wildcards=None):

@@ -220,6 +220,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         BACKGROUND["smoke_local"] = Background(_smoke_local_run, session.config)
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """When each background run ended, counted from the end of collection: what CI waits on."""
+    if BACKGROUND:
+        start = min(run.started for run in BACKGROUND.values())
+        ends = ", ".join(f"{name} {run.finished - start:.0f} s" if run.finished else f"{name} -"
+                         for name, run in BACKGROUND.items())
+        terminalreporter.write_line(f"background runs finished after: {ends}")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for run in BACKGROUND.values():
         run.close()
@@ -265,6 +274,7 @@ class Background:
         self._target, self._config = target, config
         self._value = self._error = None
         self._cleanups: list = []
+        self.started, self.finished = time.monotonic(), None
         self._thread = threading.Thread(target=self._main, daemon=True)
         self._thread.start()
 
@@ -273,6 +283,7 @@ class Background:
             self._value = self._target(self._config, self._cleanups)
         except BaseException as err:  # noqa: BLE001 - reported by result()
             self._error = err
+        self.finished = time.monotonic()
 
     def result(self, timeout: float = 3600):
         self._thread.join(timeout)

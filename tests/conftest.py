@@ -58,8 +58,11 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
-def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900):
-    """Run snakemake in workdir; return the CompletedProcess (stdout and stderr merged)."""
+def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float = 900,
+                  nice: int = 0):
+    """Run snakemake in workdir; return the CompletedProcess (stdout and stderr merged).
+
+    nice: run it (and the jobs it starts) at this lower CPU priority (see LOW_PRIORITY)."""
     if _REAL_RUNS_DESELECTED and not PLAN_ONLY & set(args):
         # The safety net of `make test-fast`: a test that runs the workflow for real but is not
         # marked `realrun` (a new fixture missing from REAL_RUN_FIXTURES) fails here, not silently.
@@ -67,12 +70,12 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float 
             f"snakemake {' '.join(args)} would run the workflow for real, but this pytest run "
             "deselects real runs (-m 'not realrun'): mark the test `realrun`, or add the fixture "
             "that runs the workflow to REAL_RUN_FIXTURES in tests/conftest.py")
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread() and not nice:
         proc = _fork_server().run(workdir, list(args), timeout)
     else:  # the background runs: one process each, so that they run at the same time
         proc = subprocess.run(
-            [*SNAKEMAKE, *args], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, timeout=timeout,
+            [*_niced(nice), *SNAKEMAKE, *args], cwd=workdir, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=timeout,
         )
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{proc.stdout[-6000:]}")
@@ -173,6 +176,18 @@ def _fork_server() -> ForkServer:
     if not _SERVER:
         _SERVER.append(ForkServer())
     return _SERVER[0]
+
+
+# The smoke runs (through SLURM, and killed and resumed) run at a lower CPU priority than the CI
+# config's run and the unit tests: the CI run is the longest chain of jobs and the report's tests
+# wait for it, while the smoke runs have slack; niced, they fill the cores the others leave idle.
+# A SLURM job inherits the priority of the sbatch that submitted it (the test cluster's
+# PropagatePrioProcess=1). Priorities change how the cores are shared, never a result.
+LOW_PRIORITY = 10
+
+
+def _niced(nice: int) -> list[str]:
+    return ["nice", "-n", str(nice)] if nice else []
 
 
 # Fixtures that run the workflow for real (not a dry-run). Every test that uses one, directly or
@@ -323,7 +338,7 @@ def _slurm_smoke_run(config: pytest.Config, cleanups: list) -> Path:
     work = copy_project(_scratch(config, "smoke-slurm"))
     env = {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}  # for sbatch and squeue
     proc = subprocess.run(
-        [*SNAKEMAKE, "--workflow-profile", "workflow/profiles/slurm",
+        [*_niced(LOW_PRIORITY), *SNAKEMAKE, "--workflow-profile", "workflow/profiles/slurm",
          "--configfile", "workflow/config/ci.yaml", "workflow/config/smoke.yaml",
          # The test cluster has no accounting database: poll squeue, submit without account.
          "--slurm-status-command", "squeue", "--slurm-no-account",
@@ -355,12 +370,13 @@ def smoke_slurm() -> Path:
     return _background("slurm")
 
 
-def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float = 1800) -> bool:
+def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float = 1800,
+              nice: int = 0) -> bool:
     """Start the workflow; SIGKILL its whole process tree once marker_dir has a file.
 
     Returns False if the run finished before the marker appeared.
     """
-    proc = subprocess.Popen([*SNAKEMAKE, *args], cwd=work, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([*_niced(nice), *SNAKEMAKE, *args], cwd=work, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + timeout
     try:
@@ -389,11 +405,11 @@ def _smoke_killed_run(config: pytest.Config, cleanups: list) -> tuple[Path, list
     args = (*SMOKE, "--cores", "1")
     killed = []
     for stage in KILL_POINTS:
-        if run_until(work, stage, args):
+        if run_until(work, stage, args, nice=LOW_PRIORITY):
             killed.append(stage)
         # What a user does after a crash: release the stale lock, run the same command again.
-        run_snakemake(work, "--unlock", *args)
-    run_snakemake(work, *args)
+        run_snakemake(work, "--unlock", *args, nice=LOW_PRIORITY)
+    run_snakemake(work, *args, nice=LOW_PRIORITY)
     return work, killed
 
 
@@ -408,7 +424,7 @@ def smoke_killed() -> tuple[Path, list[str]]:
 
 def _smoke_local_run(config: pytest.Config, cleanups: list) -> Path:
     work = copy_project(_scratch(config, "smoke-local"))
-    run_snakemake(work, *SMOKE)
+    run_snakemake(work, *SMOKE, nice=LOW_PRIORITY)
     return work
 
 

@@ -45,6 +45,8 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
+# A job runs at the nice value of the sbatch that submitted it (the tests lower the smoke run's).
+PropagatePrioProcess=1
 SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none

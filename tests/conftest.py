@@ -88,7 +88,7 @@ def run_snakemake(workdir: Path, *args: str, check: bool = True, timeout: float 
 # entry point of `python -m snakemake`, in its own process (own cwd, environment, output and
 # process group), so the calls stay as independent as separate processes.
 _FORK_SERVER = r"""
-import json, os, sys
+import json, os, signal, sys, time
 import snakemake.cli
 
 for line in sys.stdin:
@@ -121,9 +121,15 @@ for line in sys.stdin:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-    print(json.dumps({"pid": pid}), flush=True)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+    deadline, timed_out = time.monotonic() + request["timeout"], False
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+        if time.monotonic() > deadline:  # the call's whole process group, jobs included
+            os.killpg(pid, signal.SIGKILL)
+            done, timed_out = os.waitpid(pid, 0), True
+            break
+        time.sleep(0.02)
+    print(json.dumps({"rc": os.waitstatus_to_exitcode(done[1]), "timed_out": timed_out}),
+          flush=True)
 """
 
 
@@ -134,35 +140,22 @@ class ForkServer:
         self._proc = subprocess.Popen([sys.executable, "-c", _FORK_SERVER], stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, text=True)
 
-    def _reply(self, timeout: float | None = None) -> dict:
-        import json
-        import select
-
-        ready, _, _ = select.select([self._proc.stdout], [], [], timeout)
-        if not ready:
-            raise TimeoutError
-        line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the snakemake fork server exited ({self._proc.poll()})")
-        return json.loads(line)
-
     def run(self, workdir: Path, args: list[str], timeout: float):
         import json
         import tempfile
 
         with tempfile.NamedTemporaryFile("r", suffix=".log") as log:
             request = {"cwd": str(workdir), "args": args, "env": dict(os.environ),
-                       "out": log.name}
+                       "out": log.name, "timeout": timeout}
             self._proc.stdin.write(json.dumps(request) + "\n")
             self._proc.stdin.flush()
-            pid = self._reply()["pid"]
-            try:
-                rc = self._reply(timeout)["rc"]
-            except TimeoutError:
-                os.killpg(pid, signal.SIGKILL)
-                self._reply()
-                raise subprocess.TimeoutExpired([*SNAKEMAKE, *args], timeout, log.read()) from None
-            return subprocess.CompletedProcess([*SNAKEMAKE, *args], rc, log.read())
+            line = self._proc.stdout.readline()  # the server enforces the timeout
+            if not line:
+                raise RuntimeError(f"the snakemake fork server exited ({self._proc.poll()})")
+            reply = json.loads(line)
+            if reply["timed_out"]:
+                raise subprocess.TimeoutExpired([*SNAKEMAKE, *args], timeout, log.read())
+            return subprocess.CompletedProcess([*SNAKEMAKE, *args], reply["rc"], log.read())
 
     def close(self) -> None:
         self._proc.stdin.close()

@@ -154,6 +154,20 @@ def test_shipped_configs_are_valid():
         check_config(config)
 
 
+# The blocks whose seeds are the units of replication of claims' intervals (E1, E1b, E2, E3, E4,
+# E5, E5b). The ledger's 95% intervals need at least 5 of them (fewer: "range of n runs").
+SEEDED_BLOCKS = ("init_sweep", "realarch", "paths", "circle", "escalation", "depth_grid",
+                 "rival_fixes")
+
+
+@pytest.mark.parametrize("name", ["default", "paper"])
+def test_every_seeded_claim_rests_on_at_least_five_networks(name):
+    config = {**DEFAULT, **yaml.safe_load((ROOT / f"workflow/config/{name}.yaml").read_text())}
+    few = {block: config[block]["seeds"] for block in SEEDED_BLOCKS
+           if len(set(config[block]["seeds"])) < 5}
+    assert not few, f"{name}.yaml: fewer than 5 seeds in {few}"
+
+
 def test_every_schema_error_is_listed_at_once():
     config = {**DEFAULT, "init_sweep": {"depth": -1, "dtype": "half"}, "typo": 1}
     with pytest.raises(ConfigError) as err:

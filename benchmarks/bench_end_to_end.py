@@ -72,20 +72,40 @@ def member_step_flops(config: dict, group) -> float:
 
 
 def training_work(config: dict) -> dict:
-    """FLOPs and steps of all training of a config (every member of every ensemble)."""
+    """FLOPs and steps of all training of a config: every member of every ensemble of the
+    train rule (E2, E4, E5b) and of E5's tuned jobs (each a sweep ensemble on the tuning seeds,
+    then a final one on the fresh seeds)."""
+    from types import SimpleNamespace
+
     from rankcollapse import trainplan
 
-    flops, steps, kernels = 0.0, 0, 0.0
+    flops, steps, kernels, members, ensembles = 0.0, 0, 0.0, 0, 0
+
+    def add(group, size: int, depth: int) -> None:
+        nonlocal flops, steps, kernels, members, ensembles
+        n_steps = group.train_options["steps"]
+        flops += size * n_steps * member_step_flops(config, group)
+        steps += n_steps
+        kernels += n_steps * (KERNELS_PER_BLOCK_STEP * depth + 30)
+        members += size
+        ensembles += 1
+
     groups = trainplan.groups(config)
     for job in trainplan.ensembles(config):
-        group = groups[job.key]
-        n_steps = group.train_options["steps"]
-        flops += len(job.members) * n_steps * member_step_flops(config, group)
-        steps += n_steps
-        kernels += n_steps * (KERNELS_PER_BLOCK_STEP * job.depth + 30)
-    return {"flops": flops, "ensemble_steps": steps, "kernels": kernels,
-            "members": sum(len(j.members) for j in trainplan.ensembles(config)),
-            "ensembles": len(trainplan.ensembles(config))}
+        add(groups[job.key], len(job.members), job.depth)
+    if "E5" in config["report"]["experiments"]:
+        for task, variant, depth in trainplan.tuned_runs(config):
+            p = trainplan.tuned_params(config, task, variant, depth)
+            group = SimpleNamespace(task=task, task_options=p["task_options"], variant=variant,
+                                    model_options=p["model_options"],
+                                    train_options=p["train_options"])
+            sweep = len(p["tuning_seeds"])
+            for values in p["sweep"].values():
+                sweep *= len(trainplan.sweep(values))
+            add(group, sweep, depth)
+            add(group, len(p["final_seeds"]), depth)
+    return {"flops": flops, "ensemble_steps": steps, "kernels": kernels, "members": members,
+            "ensembles": ensembles}
 
 
 def b7_fraction() -> tuple[float, str]:
@@ -156,7 +176,7 @@ def run() -> dict:
     projection = {}
     for stage, stats in stages.items():
         rule = STAGE_RULE.get(stage, stage)
-        if rule == "train":
+        if rule in ("train", "train_tuned"):  # projected below, by FLOPs
             continue
         count = sum(n for r, n in jobs.items() if r == rule or (stage == "collect" and
                                                                  r.startswith("collect")))
@@ -165,10 +185,13 @@ def run() -> dict:
                              "cpu_s": count * stats["mean_s"] * factor}
     # Training, through the ensemble engine: seconds per FLOP measured on the default run.
     work_default, work_paper = training_work(default), training_work(paper)
-    train = stages.get("train")
+    # Job wall time, not the records' CPU time: Snakemake samples a job's CPU every 30 s, so
+    # a job's last seconds go uncounted; each job runs one thread on its own core, so its wall
+    # time is its CPU time.
+    trained = [stages[s] for s in ("train", "tuned") if s in stages]
     train_cpu = 0.0
-    if train:
-        seconds = train["cpu_s"] if train["cpu_s"] == train["cpu_s"] else train["total_s"]
+    if trained:
+        seconds = sum(s["total_s"] for s in trained)
         train_cpu = work_paper["flops"] * seconds / work_default["flops"]
         projection["train"] = {"paper_jobs": work_paper["ensembles"],
                                "work_factor": work_paper["flops"] / work_default["flops"],
@@ -209,10 +232,11 @@ def run() -> dict:
 if __name__ == "__main__":
     r = run()
     for stage, s in r.get("stages", {}).items():
-        p = r["projection"][stage]
+        p = r["projection"].get("train" if stage == "tuned" else stage)
         print(f"{stage:10s} {s['jobs']:4d} jobs {s['total_s']:8.1f} s wall {s['cpu_s']:8.1f} s "
               f"CPU   paper: {p['paper_jobs']:5d} jobs x{p['work_factor']:.3g} work -> "
-              f"{p['cpu_s'] / 3600:.2f} h")
+              f"{p['cpu_s'] / 3600:.2f} h" + ("  (train and tuned together)"
+                                                if stage in ("train", "tuned") else ""))
     if "stages" in r:
         t = r["training"]
         hours = t["paper_train_hours_one_gpu"]

@@ -224,3 +224,79 @@ def test_a_run_must_measure_exactly_the_registered_claims():
                                 .to_dict()]
     with pytest.raises(RegistryError, match="which the registry does not hold"):
         judge_sections(REGISTRY, [section])
+
+
+# --- diagnostics and the reading of a paper claim's miss -------------------------------------
+
+def diagnostic(target="E1.p", hypothesis="setup", **overrides) -> dict:
+    return entry(kind="ours", diagnoses=[target], hypothesis=hypothesis, **overrides)
+
+
+@pytest.mark.parametrize(("claims_", "message"), [
+    ({"E1.p": entry(), "E1.d": diagnostic(hypothesis="luck")}, "E1.d.hypothesis: 'luck'"),
+    ({"E1.p": entry(), "E1.d": diagnostic(target="E1.gone")}, "'E1.gone' is not a registered"),
+    ({"E1.p": entry(kind="ours"), "E1.d": diagnostic()}, "a diagnostic diagnoses a paper claim"),
+    ({"E1.p": entry(), "E1.d": {**diagnostic(), "kind": "paper"}}, "a diagnostic is kind `ours`"),
+    ({"E1.p": entry(), "E1.d": {**diagnostic(), "diagnoses": []}}, "E1.d.diagnoses"),
+    ({"E1.p": entry(), "E1.d": diagnostic(post_hoc="yes")}, "E1.d.post_hoc"),
+])
+def test_malformed_diagnostics_are_named(claims_, message):
+    with pytest.raises(RegistryError, match=re.escape(message)):
+        parse_registry({"claims": claims_})
+
+
+def judged_rows(paper_verdict: str, diagnostics: dict[str, tuple[str, str, bool]]):
+    """Rows for one paper claim E1.p with `paper_verdict` and diagnostics {id: (hypothesis,
+    verdict, post_hoc)}, built from synthetic measurements that land in each verdict."""
+    values = {"reproduced": (2.0, "exact"), "not reproduced": (0.0, "exact"),
+              "partly": (1.1, "bootstrap"), "not testable": (None, "exact")}
+    entries = {"E1.p": entry()}
+    for cid, (hypothesis, _, post_hoc) in diagnostics.items():
+        entries[cid] = diagnostic(hypothesis=hypothesis, post_hoc=post_hoc)
+    registry = parse_registry({"claims": entries})
+    wanted = {"E1.p": paper_verdict, **{c: v for c, (_, v, _) in diagnostics.items()}}
+    rows = []
+    for cid, want in wanted.items():
+        value, how = values[want]
+        if value is None:
+            m = not_testable(cid, "too small")
+        elif how == "bootstrap":  # estimate in range, interval leaving it
+            m = over_runs(cid, {i: v for i, v in enumerate([0.5, 1.1, 1.2, 1.5, 1.1])},
+                          lambda v: 1.1, resamples=20)
+            m.samples = [0.5, 1.1, 1.5] * 7
+        else:
+            m = exact(cid, value)
+        rows.append(judge(registry[cid], m))
+        assert rows[-1].verdict == want, (cid, rows[-1].verdict, want)
+    return rows
+
+
+@pytest.mark.parametrize(("paper_verdict", "diagnostics", "reading", "evidence"), [
+    ("not reproduced", {"E1.a": ("setup", "reproduced", False),
+                        "E1.b": ("paper", "not reproduced", False)},
+     "differs with our set-up", ["E1.a"]),
+    ("partly", {"E1.a": ("paper", "reproduced", False)},
+     "contradicted by a derivation and a measurement", ["E1.a"]),
+    ("not reproduced", {"E1.a": ("setup", "partly", False),
+                        "E1.b": ("paper", "not testable", False)}, "open", []),
+    ("not reproduced", {"E1.a": ("setup", "reproduced", True),
+                        "E1.b": ("paper", "reproduced", False)}, "open", ["E1.a", "E1.b"]),
+    ("not reproduced", {}, "open", []),
+])
+def test_the_reading_rule_on_synthetic_verdicts(paper_verdict, diagnostics, reading, evidence):
+    found = claims.diagnose(judged_rows(paper_verdict, diagnostics))
+    assert set(found) == {"E1.p"}
+    assert found["E1.p"].reading == reading and found["E1.p"].evidence == evidence
+    text = found["E1.p"].text
+    assert text.startswith(reading)
+    for cid in evidence:
+        assert cid in text
+    if not diagnostics:
+        assert text == "open (no diagnostic registered)"
+    if any(post_hoc for _, _, post_hoc in diagnostics.values()):
+        assert "post hoc" in text
+
+
+def test_a_reproduced_paper_claim_gets_no_diagnosis():
+    rows = judged_rows("reproduced", {"E1.a": ("setup", "reproduced", False)})
+    assert claims.diagnose(rows) == {}

@@ -42,6 +42,11 @@ BASIS_TYPES = {
     "convention": "a stated convention for a qualitative statement",
     "identity": "an algebraic identity: holds to floating-point round-off",
 }
+# A diagnostic's hypothesis: what its holding says about the paper claim it diagnoses.
+HYPOTHESES = {
+    "setup": "the miss comes from a difference between our set-up and the paper's",
+    "paper": "the paper's statement itself is contradicted (a derivation checked by a measurement)",
+}
 # With fewer independent runs than this, an interval over runs is their range, not a 95% one.
 MIN_RUNS_FOR_BOOTSTRAP = 5
 LEVEL = 0.95
@@ -83,6 +88,11 @@ class ClaimSpec:
     basis: str  # one line: why this range
     paper_value: str | None = None  # what the paper reports, when it reports something
     headline: bool = False  # its sentence goes into the abstract
+    # A diagnostic (kind "ours") names the paper claims whose miss it tests and its hypothesis
+    # (a key of HYPOTHESES); post_hoc: the hypothesis was formed after seeing the measurement.
+    diagnoses: tuple[str, ...] = ()
+    hypothesis: str | None = None
+    post_hoc: bool = False
 
     @property
     def criterion(self) -> str:
@@ -105,8 +115,8 @@ def criterion(low: float, high: float) -> str:
 
 
 _FIELDS = {"experiment", "paper", "kind", "statement", "source", "quantity", "range", "basis",
-           "paper_value", "headline"}
-_REQUIRED = _FIELDS - {"paper_value", "headline"}
+           "paper_value", "headline", "diagnoses", "hypothesis", "post_hoc"}
+_REQUIRED = _FIELDS - {"paper_value", "headline", "diagnoses", "hypothesis", "post_hoc"}
 
 
 def _bound(value, default: float) -> float:
@@ -160,12 +170,35 @@ def parse_registry(data: dict, where: str = "claims registry") -> dict[str, Clai
                             f"{basis['type']!r}")
         if basis["type"] == "identity" and entry["kind"] != "check":
             problems.append(f"{cid}: an identity is a check (kind: check), not a finding")
+        diagnoses = entry.get("diagnoses") or []
+        if isinstance(diagnoses, str):
+            diagnoses = [diagnoses]
+        hypothesis = entry.get("hypothesis")
+        if diagnoses or hypothesis is not None:
+            if entry["kind"] != "ours":
+                problems.append(f"{cid}: a diagnostic is kind `ours`, not {entry['kind']!r}")
+            if not (isinstance(diagnoses, list) and diagnoses
+                    and all(isinstance(d, str) for d in diagnoses)):
+                problems.append(f"{cid}.diagnoses: expected a list of the paper claims' ids")
+            if hypothesis not in HYPOTHESES:
+                problems.append(f"{cid}.hypothesis: {hypothesis!r}; allowed: {list(HYPOTHESES)}")
+        if not isinstance(entry.get("post_hoc", False), bool):
+            problems.append(f"{cid}.post_hoc: expected true or false")
         specs[cid] = ClaimSpec(
             id=cid, experiment=entry["experiment"], paper=entry["paper"], kind=entry["kind"],
             statement=str(entry["statement"]).strip(), source=str(entry["source"]).strip(),
             quantity=str(entry["quantity"]).strip(), low=low, high=high,
             basis_type=basis["type"], basis=str(basis["why"]).strip(),
-            paper_value=entry.get("paper_value"), headline=bool(entry.get("headline", False)))
+            paper_value=entry.get("paper_value"), headline=bool(entry.get("headline", False)),
+            diagnoses=tuple(diagnoses) if isinstance(diagnoses, list) else (),
+            hypothesis=hypothesis, post_hoc=bool(entry.get("post_hoc", False)))
+    for cid, spec in specs.items():
+        for target in spec.diagnoses:
+            if target not in specs:
+                problems.append(f"{cid}.diagnoses: {target!r} is not a registered claim")
+            elif specs[target].kind != "paper":
+                problems.append(f"{cid}.diagnoses: {target} is kind {specs[target].kind!r}; "
+                                "a diagnostic diagnoses a paper claim")
     if problems:
         raise RegistryError(f"{where}:\n  - " + "\n  - ".join(problems))
     return specs
@@ -440,3 +473,79 @@ def judge_sections(registry: dict[str, ClaimSpec], sections: list[dict]) -> list
                             + "\n  - ".join(problems))
     return [judge(spec, measured[cid]) for cid, spec in registry.items() if cid in measured]
 
+
+
+# --- diagnoses of the papers' claims that are not reproduced ---------------------------------
+
+DIAGNOSED = ("not reproduced", "partly")
+READINGS = ("differs with our set-up", "contradicted by a derivation and a measurement", "open")
+DIAGNOSIS_RULE = (
+    "A paper claim that is not reproduced, or only partly, is read from the verdicts of the "
+    "diagnostics registered for it (kind ours, each registered before it is measured and naming "
+    "the claim it diagnoses and its hypothesis: set-up, the miss comes from a difference between "
+    "our set-up and the paper's; paper, the paper's statement is contradicted by a derivation "
+    "checked by a measurement). A diagnostic counts when it holds (its verdict is reproduced). "
+    "Differs with our set-up: a set-up diagnostic holds and no paper diagnostic does. "
+    "Contradicted by a derivation and a measurement: a paper diagnostic holds and no set-up "
+    "diagnostic does. Open: no diagnostic holds, both kinds hold (conflicting), or none is "
+    "registered. A post-hoc diagnostic (its hypothesis formed after the measurement was seen) "
+    "is named as such wherever it is cited."
+)
+
+
+@dataclass
+class Diagnosis:
+    """The generated reading of one paper claim's miss from its diagnostics' verdicts."""
+
+    claim: str
+    reading: str  # one of READINGS
+    evidence: list[str]  # the diagnostics that decided the reading (ids)
+    diagnostics: list[dict]  # every diagnostic of the claim: id, hypothesis, verdict, post_hoc
+
+    @property
+    def text(self) -> str:
+        """The reading with its evidence, e.g. "differs with our set-up (evidence: E2.x)"."""
+        cited = {d["id"]: d for d in self.diagnostics}
+
+        def cite(cid: str) -> str:
+            d = cited[cid]
+            return f"{cid}, {d['verdict']}" + (", post hoc" if d["post_hoc"] else "")
+
+        if not self.diagnostics:
+            return "open (no diagnostic registered)"
+        if self.reading == "open":
+            if self.evidence:
+                return "open (conflicting diagnostics: " + "; ".join(map(cite, self.evidence)) + ")"
+            return "open (no diagnostic holds: " + "; ".join(map(cite, cited)) + ")"
+        return f"{self.reading} (evidence: " + "; ".join(map(cite, self.evidence)) + ")"
+
+    def to_dict(self) -> dict:
+        return {"claim": self.claim, "reading": self.reading, "evidence": self.evidence,
+                "diagnostics": self.diagnostics, "text": self.text}
+
+
+def diagnose(rows: list[Judged]) -> dict[str, Diagnosis]:
+    """{paper claim id: its Diagnosis} for every paper claim among `rows` whose verdict is in
+    DIAGNOSED, by DIAGNOSIS_RULE, from the verdicts of the diagnostics among `rows`. A diagnostic
+    that this run did not measure is listed as not testable."""
+    diagnostics: dict[str, list[Judged]] = {}
+    for row in rows:
+        for target in row.spec.diagnoses:
+            diagnostics.setdefault(target, []).append(row)
+    out = {}
+    for row in rows:
+        if row.spec.kind != "paper" or row.verdict not in DIAGNOSED:
+            continue
+        found = diagnostics.get(row.spec.id, [])
+        held = {h: [d.spec.id for d in found if d.spec.hypothesis == h
+                    and d.verdict == "reproduced"] for h in HYPOTHESES}
+        if held["setup"] and not held["paper"]:
+            reading, evidence = READINGS[0], held["setup"]
+        elif held["paper"] and not held["setup"]:
+            reading, evidence = READINGS[1], held["paper"]
+        else:
+            reading, evidence = "open", held["setup"] + held["paper"]
+        out[row.spec.id] = Diagnosis(row.spec.id, reading, evidence, [
+            {"id": d.spec.id, "hypothesis": d.spec.hypothesis, "verdict": d.verdict,
+             "post_hoc": d.spec.post_hoc} for d in found])
+    return out

@@ -74,6 +74,12 @@ BAD_CONFIGS = [
      ["init_sweep.depth", "not of type 'integer'"]),
     ("simplex_needs_d_at_least_n", "particles: {simplex: {n: 12}}\n",
      ["particles.simplex.n=12", "d >= n"]),
+    ("unknown_precision", "train: {precision: fp8}\n", ["train.precision", "'bf16'"]),
+    ("unknown_engine", "train: {engine: jit}\n", ["train.engine", "'graph'", "'compile'"]),
+    ("unknown_tuning_method", "depth_grid: {tuning: bayes}\n", ["depth_grid.tuning",
+                                                               "'halving'"]),
+    ("halving_rung_without_steps", "depth_grid: {tuning: halving, steps: 20, "
+     "halving: {eta: 3, rungs: 5}}\n", ["depth_grid.halving", "81 steps", "is 20"]),
     ("heads_outside_the_theorem", "particles: {homogenization: {heads_exponent: 0.5}}\n",
      ["particles.homogenization.heads_exponent", "maximum"]),
 ]

@@ -73,3 +73,70 @@ def test_a_tiny_tuned_job_writes_sweep_and_final_rows(tmp_path):
     from rankcollapse.ensemble import load_members
 
     assert [m["settings"]["seed"] for m in load_members(tmp_path / "ensemble.pt")] == [0, 1]
+
+
+# --- successive halving ----------------------------------------------------------------------
+
+def test_rung_budgets_grow_by_eta_up_to_the_full_budget():
+    assert tuning.rung_steps(90, "grid") == [90]
+    assert tuning.rung_steps(90, "halving", eta=3, rungs=3) == [10, 30, 90]
+    assert tuning.rung_steps(90, "halving", eta=3, rungs=1) == [90]
+    with pytest.raises(ValueError, match="no step to train"):
+        tuning.rung_steps(5, "halving", eta=3, rungs=4)
+    with pytest.raises(ValueError, match="allowed values"):
+        tuning.rung_steps(5, "bayes")
+
+
+def test_rank_orders_every_setting_and_select_takes_the_first():
+    rows = sweep_rows([(1e-3, 10, 0.8, 0.5, False), (1e-2, 10, 0.9, 0.4, False),
+                       (1e-2, 40, 0.9, 0.3, False), (3e-2, 10, 0.95, math.nan, True)])
+    ranked = tuning.rank(rows, "accuracy")
+    assert [(r["lr"], r["warmup"]) for r in ranked] == [(1e-2, 40), (1e-2, 10), (1e-3, 10),
+                                                       (3e-2, 10)]  # diverged: last
+    assert tuning.rank(rows.iloc[::-1], "accuracy") == ranked  # row order does not matter
+    assert tuning.select(rows, "accuracy") == ranked[0]
+
+
+TINY = {"width": 8, "heads": 2, "mlp_ratio": 1, "depth": 1}
+SHARED = {"steps": 8, "batch": 8, "clip": 1.0, "checkpoint_every": 0, "eval_every": 4}
+SWEEP = {"lr": [1e-3, 3e-3, 1e-2, 3e-2], "warmup": 4, "weight_decay": 0.0}
+
+
+def _tuned(folder, method, **halving):
+    folder.mkdir()
+    chosen = tuning.run_tuned_job(
+        "digits", {}, PRESETS["post_ln"], TINY, SHARED, SWEEP, [100, 101], [0, 1],
+        folder / "ensemble.pt", folder / "history.parquet", folder / "tuning.parquet",
+        extra_columns={"task": "digits", "variant": "post_ln", "depth": 1},
+        tuning={"method": method, **halving})
+    return (chosen, pd.read_parquet(folder / "tuning.parquet"),
+            pd.read_parquet(folder / "history.parquet"))
+
+
+def test_halving_with_one_rung_is_the_grid(tmp_path):
+    chosen_g, table_g, history_g = _tuned(tmp_path / "grid", "grid")
+    chosen_h, table_h, history_h = _tuned(tmp_path / "halving", "halving", eta=3, rungs=1)
+    assert chosen_h == chosen_g
+    assert set(table_g.tuning) == {"grid"} and set(table_h.tuning) == {"halving (eta 3, 1 rungs)"}
+    pd.testing.assert_frame_equal(table_h.drop(columns="tuning"), table_g.drop(columns="tuning"),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(history_h, history_g, check_exact=True)
+
+
+def test_halving_keeps_the_best_of_each_rung_and_is_deterministic(tmp_path):
+    chosen, table, _ = _tuned(tmp_path / "a", "halving", eta=2, rungs=2)
+    sweep = table[table.role == "sweep"]
+    rung0, rung1 = sweep[sweep.rung == 0], sweep[sweep.rung == 1]
+    assert set(rung0.rung_steps) == {4} and set(rung1.rung_steps) == {8}
+    assert len(rung0) == 4 * 2 and len(rung1) == 2 * 2  # 4 settings, then the best half
+    kept = tuning.rank(rung0, "accuracy")[:2]
+    assert sorted(rung1.peak_lr.unique()) == sorted(k["lr"] for k in kept)
+    assert chosen == tuning.select(rung1, "accuracy")
+    # selected: the chosen setting at the rung that chose it, and the final members
+    assert set(table[table.selected].role) == {"sweep", "final"}
+    assert (table[table.selected & (table.role == "sweep")].rung == 1).all()
+    assert table[table.role == "final"].rung.isna().all()
+    assert set(table.precision) == {"float32"} and set(table.engine) == {"eager"}
+    again, table_again, _ = _tuned(tmp_path / "b", "halving", eta=2, rungs=2)
+    assert again == chosen
+    pd.testing.assert_frame_equal(table_again, table, check_exact=True)

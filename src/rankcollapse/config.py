@@ -134,6 +134,13 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
     if fresh:
         problems.append(f"depth_grid.seeds: {sorted(fresh)} also tuning seed(s); the final seeds "
                         "must be fresh (not in depth_grid.tuning_seeds)")
+    if grid.get("tuning") == "halving":
+        halving = grid.get("halving", {})
+        eta, rungs, steps = halving.get("eta", 3), halving.get("rungs", 3), grid.get("steps", 1)
+        if steps < eta ** (rungs - 1):
+            problems.append(f"depth_grid.halving: {rungs} rungs at eta={eta} need at least "
+                            f"eta^(rungs - 1) = {eta ** (rungs - 1)} steps for rung 0; "
+                            f"depth_grid.steps is {steps}")
     depths = grid.get("depths", {})
     if isinstance(depths, dict):
         for name in grid.get("tasks", []):

@@ -17,16 +17,20 @@ rate, warm-up and weight decay (linear warm-up, cosine decay), its gradient norm
 its own, and its history has the same columns. Only floating-point rounding differs (batched
 matrix products and unfused attention sum in another order); tests/test_ensemble.py bounds it.
 A member whose loss or gradient norm is not finite is recorded as diverged at that step and
-leaves the ensemble with its last finite weights; the others go on.
+frozen with its last finite weights; the others go on unchanged.
 
-Layout: all parameters of all members live in one (K, P) buffer, the gradients in another, and
-each parameter the model sees is a (K, *shape) view of it. AdamW and clipping are then a handful
-of operations on (K, P) tensors with per-member (K, 1) learning rates, whatever the depth.
+Layout: all parameters of all members live in one (K, P) buffer, and each parameter the model
+sees is a (K, *shape) view of it, so one gradient with respect to the buffer is every member's.
+AdamW and clipping are then a handful of operations on (K, P) tensors with per-member (K, 1)
+learning rates, whatever the depth. The step itself (`rankcollapse.step`) runs on the device
+without host synchronisation between evaluations and checkpoints, eagerly, captured in a CUDA
+graph, or compiled (`train.engine`), in a recorded precision (`train.precision`).
 
 Attention: `scaled_dot_product_attention` picks a fused CPU kernel that has no vmap batching
 rule (vmap would fall back to a slow loop over members, with a warning). Inside the ensemble the
 math backend is selected (`sdpa_kernel(SDPBackend.MATH)`): the same function, decomposed into
 matmul and softmax, which batch. model.py is unchanged and single runs keep the fused kernel.
+On a GPU, `train.attention: fused` lets the fused kernels run, members folded into their batch.
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ import copy
 import logging
 import math
 import random
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -50,16 +53,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from . import io, runtime
 from .metrics import layer_metrics, token_similarity
 from .specs import MEMBER_FIELDS
+from .step import DeviceStep, autocast, clip_per_member, effective_precision, matmul_precision
 from .tasks import TaskData, make_task
 from .train import TrainConfig, TrainResult, loss_and_correct, new_model, schedule
+
+__all__ = ["Ensemble", "Member", "clip_per_member", "evaluate_members", "train_ensemble"]
 
 log = logging.getLogger(__name__)
 
 # TrainConfig fields every member of one ensemble shares (one batched step, one schedule of
 # evaluations and checkpoints); the others are per member.
-SHARED_FIELDS = ("steps", "batch", "clip", "checkpoint_every", "eval_every")
+SHARED_FIELDS = ("steps", "batch", "clip", "checkpoint_every", "eval_every", "precision",
+                 "engine", "attention")
 HISTORY_COLUMNS = ["step", "loss", "lr", "grad_norm", "test_loss", "test_accuracy"]
-BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.AdamW's defaults, as train.train uses
+# How a member was trained, in every results row that comes from training (provenance).
+NUMERICS_COLUMNS = ("precision", "engine", "attention")
+NUMERICS_BEFORE = {"precision": "float32", "engine": "eager", "attention": "math"}
 
 
 @dataclass(frozen=True)
@@ -111,9 +120,10 @@ def shared_config(members: Sequence[Member]) -> TrainConfig:
 class Ensemble:
     """K models of one architecture with stacked weights, run as one batched model.
 
-    `flat` (K, P) holds every member's parameters (in the order of `names`), `grad` (K, P) their
-    gradients; `params[name]` is a (K, *shape) view of `flat` that autograd accumulates into
-    the matching view of `grad`. Calling the ensemble runs `TaskModel.forward` on every member.
+    `flat` (K, P) holds every member's parameters (in the order of `names`); the model sees
+    each parameter as a (K, *shape) view of it (`views`), so that one gradient with respect to
+    `flat` is every member's gradient, and AdamW is a handful of operations on (K, P) tensors.
+    Calling the ensemble runs `TaskModel.forward` on every member.
     """
 
     def __init__(self, models: Sequence[nn.Module]):
@@ -123,35 +133,37 @@ class Ensemble:
         params, buffers = stack_module_state(models)  # (K, *shape) each, copies
         self.names = list(params)
         self.shapes = [tuple(params[n].shape[1:]) for n in self.names]
+        self.sizes = [math.prod(shape) for shape in self.shapes]
         dtypes = {p.dtype for p in params.values()}
         if len(dtypes) != 1:
             raise ValueError(f"all parameters must share one dtype, got {sorted(map(str, dtypes))}")
         self.state_keys = list(models[0].state_dict())
         self.buffers = {k: v.detach() for k, v in buffers.items()}
-        # Structure only: the weights come from `params` at every call, so the template
+        # Structure only: the weights come from `flat` at every call, so the template
         # lives on the meta device and costs no memory.
         self.base = copy.deepcopy(models[0]).to("meta")
-        flat = torch.cat([params[n].detach().reshape(len(models), -1) for n in self.names], 1)
-        self._bind(flat.contiguous())
+        self.flat = torch.cat([params[n].detach().reshape(len(models), -1)
+                               for n in self.names], 1).contiguous()
+        # Attention backends under vmap: the fused CPU kernel has no batching rule (see the
+        # module docstring); rankcollapse.step may allow the fused GPU kernels.
+        self.attention = [SDPBackend.MATH]
         self.finals: list[dict[str, Tensor]] = []  # every member's weights after training
 
-    def _bind(self, flat: Tensor, grad: Tensor | None = None) -> None:
-        """Make `flat` the weights and `grad` (default zeros) the gradients, with fresh views."""
-        self.flat = flat
-        self.grad = torch.zeros_like(flat) if grad is None else grad
-        self.params: dict[str, Tensor] = {}
-        offset = 0
-        for name, shape in zip(self.names, self.shapes, strict=True):
-            size = math.prod(shape)
-            view = flat[:, offset:offset + size].view(len(flat), *shape)
-            view.requires_grad_(True)  # a leaf: autograd adds into its .grad in place
-            view.grad = self.grad[:, offset:offset + size].view(len(flat), *shape)
-            self.params[name] = view
-            offset += size
+    def views(self, flat: Tensor | None = None) -> dict[str, Tensor]:
+        """{name: (K, *shape) view of flat (default: the ensemble's weights)}. One split, so the
+        backward of all views together is a single concatenation into a (K, P) gradient."""
+        flat = self.flat if flat is None else flat
+        pieces = flat.split(self.sizes, dim=1)
+        return {name: piece.view(len(flat), *shape)
+                for name, shape, piece in zip(self.names, self.shapes, pieces, strict=True)}
+
+    @property
+    def params(self) -> dict[str, Tensor]:
+        return self.views()
 
     @property
     def size(self) -> int:
-        """K, the number of members currently in the ensemble."""
+        """K, the number of members in the ensemble."""
         return len(self.flat)
 
     @property
@@ -174,75 +186,27 @@ class Ensemble:
         """Every member's forward pass. x: (K, B, ...) one batch per member, or (B, ...) the
         same batch for all when shared_input. Returns the outputs (K, B, ...), and with capture
         a Trace whose tensors carry the member dimension first."""
-        with sdpa_kernel(SDPBackend.MATH):  # the fused CPU kernel has no batching rule
+        with sdpa_kernel(self.attention):
             return vmap(self._call, in_dims=(0, 0, None if shared_input else 0, None))(
                 self.params, self.buffers, x, capture)
 
     def losses(self, x: Tensor, y: Tensor, loss_fn=loss_and_correct,
-               shared_input: bool = False) -> tuple[Tensor, Tensor]:
-        """Per-member (mean loss (K,), correct labels (K,)) of loss_fn on (x, y)."""
+               shared_input: bool = False, flat: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Per-member (mean loss (K,), correct labels (K,)) of loss_fn on (x, y), with the
+        weights `flat` (K, P) (default: the ensemble's)."""
         def one(params, buffers, x, y):
             out, _ = functional_call(self.base, (params, buffers), (x,))
             return loss_fn(out, y)
 
         dim = None if shared_input else 0
-        with sdpa_kernel(SDPBackend.MATH):
-            return vmap(one, in_dims=(0, 0, dim, dim))(self.params, self.buffers, x, y)
+        with sdpa_kernel(self.attention):
+            return vmap(one, in_dims=(0, 0, dim, dim))(self.views(flat), self.buffers, x, y)
 
     def state_dict(self, k: int) -> dict[str, Tensor]:
         """Member k's weights as its TaskModel's state_dict (copies)."""
         out = {name: p[k].detach().clone() for name, p in self.params.items()}
         out.update({name: b[k].clone() for name, b in self.buffers.items()})
         return {key: out[key] for key in self.state_keys}
-
-    def keep(self, rows: Sequence[int]) -> None:
-        """Keep only the members at `rows`, with their weights and gradients (others left)."""
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
-        self.buffers = {k: v[index] for k, v in self.buffers.items()}
-        self._bind(self.flat[index], self.grad[index])  # indexing copies
-
-
-@dataclass
-class AdamW:
-    """AdamW state over an ensemble's (K, P) buffers: the arithmetic of torch.optim.AdamW
-    (single-tensor path) with a learning rate and weight decay per member."""
-
-    exp_avg: Tensor
-    exp_avg_sq: Tensor
-    steps: int = 0
-
-    @classmethod
-    def like(cls, flat: Tensor) -> AdamW:
-        return cls(torch.zeros_like(flat), torch.zeros_like(flat))
-
-    def keep(self, rows: Sequence[int]) -> None:
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.exp_avg.device)
-        self.exp_avg, self.exp_avg_sq = self.exp_avg[index], self.exp_avg_sq[index]
-
-    @torch.no_grad()
-    def step(self, flat: Tensor, grad: Tensor, lr: Sequence[float],
-             weight_decay: Sequence[float]) -> None:
-        """One update of flat (K, P) from grad (K, P); lr and weight_decay one per member."""
-        beta1, beta2 = BETAS
-        self.steps += 1
-        # Per-member scalars in Python floats first, as torch computes them, then one (K, 1)
-        # column each in the weights' dtype.
-        column = lambda v: torch.tensor(v, dtype=flat.dtype, device=flat.device)[:, None]  # noqa: E731
-        bias1, bias2 = 1 - beta1**self.steps, 1 - beta2**self.steps
-        flat.mul_(column([1 - a * w for a, w in zip(lr, weight_decay, strict=True)]))
-        self.exp_avg.lerp_(grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = (self.exp_avg_sq.sqrt() / bias2**0.5).add_(EPS)
-        flat.addcdiv_(self.exp_avg * column([-a / bias1 for a in lr]), denom)
-
-
-@torch.no_grad()
-def clip_per_member(grad: Tensor, max_norm: float) -> Tensor:
-    """Scale each member's gradient (a row of grad (K, P)) to norm <= max_norm, as
-    clip_grad_norm_ does for one model; returns the norms before clipping, (K,)."""
-    norms = torch.linalg.vector_norm(grad, dim=1)
-    grad.mul_(torch.clamp(max_norm / (norms + 1e-6), max=1.0)[:, None])
-    return norms
 
 
 @torch.no_grad()
@@ -284,7 +248,8 @@ def _set_global_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-CHECKPOINT_KEYS = {"fingerprint", "step", "active", "flat", "exp_avg", "exp_avg_sq", "history"}
+CHECKPOINT_KEYS = {"fingerprint", "step", "active", "diverged_at", "flat", "exp_avg",
+                   "exp_avg_sq", "losses", "norms", "evaluations"}
 
 
 def load_checkpoint(path: str | Path, device) -> dict | None:
@@ -303,123 +268,112 @@ def load_checkpoint(path: str | Path, device) -> dict | None:
         return None
 
 
+def windows(start: int, cfg: TrainConfig) -> list[int]:
+    """The steps after which the host looks at the run: every evaluation and checkpoint step,
+    and the last; a window is the run of steps from one of them to the next."""
+    every = [e for e in (cfg.eval_every, cfg.checkpoint_every) if e]
+    ends = {s for s in range(start + 1, cfg.steps + 1) if any(s % e == 0 for e in every)}
+    return sorted(ends | {cfg.steps}) if start < cfg.steps else []
+
+
 def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member],
                    checkpoint: str | Path | None = None, fingerprint: str = "",
                    loss_fn=loss_and_correct,
                    evaluate: Evaluator | None = None) -> list[TrainResult]:
     """Train every member of `ensemble` (built from `members`, in order) on `data`.
 
-    Resumes from `checkpoint` when it exists and its fingerprint matches (one of other settings
-    is ignored and overwritten). `evaluate(ensemble)` gives each current member's (loss,
-    accuracy) at the evaluation steps; by default on the test split, as train.train does.
-    Returns one TrainResult per member; afterwards `ensemble` holds the members that did not
-    diverge and `ensemble.finals[k]` every member's final weights (a state_dict).
+    The step runs on the ensemble's device without host synchronisation between evaluations
+    and checkpoints (`rankcollapse.step`). Resumes from `checkpoint` when it exists and its
+    fingerprint matches (one of other settings is ignored and overwritten). `evaluate(ensemble)`
+    gives every member's (loss, accuracy) at the evaluation steps (kept for the members still
+    training); by default on the test split, as train.train does. Returns one TrainResult per
+    member; afterwards `ensemble.finals[k]` holds every member's final weights (a state_dict:
+    a diverged member's are its last finite ones) and `ensemble.numerics` the precision, engine
+    and attention the step ran with (NUMERICS_COLUMNS, recorded in every table).
     """
     cfg = shared_config(members)
     if ensemble.size != len(members):
         raise ValueError(f"{len(members)} members for an ensemble of {ensemble.size} models")
+    device = ensemble.device
+    precision = effective_precision(cfg.precision, device)
     if evaluate is None:
         def evaluate(ens: Ensemble) -> tuple[list[float], list[float]]:
             return evaluate_members(ens, data.x_test, data.y_test, loss_fn=loss_fn)
-    device = ensemble.device
     gens = [torch.Generator().manual_seed(m.seed) for m in members]  # kept on the CPU
     factors = [schedule(m.train) for m in members]
-    x_train, y_train = data.x_train.to(device), data.y_train.to(device)
-    adam = AdamW.like(ensemble.flat)
-    rows: list[list[dict]] = [[] for _ in members]
-    diverged: list[int | None] = [None] * len(members)
-    finals: dict[int, dict[str, Tensor]] = {}  # members that left, by index
-    active = list(range(len(members)))  # member index of each row of the ensemble
+    ends = windows(0, cfg)
+    longest = max((b - a for a, b in zip([0, *ends], ends, strict=False)), default=1)
+    step = DeviceStep(ensemble, data.x_train, data.y_train, members, cfg, factors, loss_fn,
+                      window=longest)
+    k = len(members)
+    evaluations = np.full((cfg.steps, k, 2), np.nan)  # (step, member, [test loss, accuracy])
     start = 0
 
     state = load_checkpoint(checkpoint, device) if checkpoint is not None else None
     if state is not None and state["fingerprint"] != fingerprint:
         log.warning("ignoring %s: it was written with other settings", checkpoint)
     elif state is not None:
-        active = list(state["active"])
-        ensemble.keep(range(len(active)))  # shape only; the values come next
+        step.load(state)
         ensemble.buffers = state["buffers"]
-        with torch.no_grad():
-            ensemble.flat.copy_(state["flat"])
-        adam = AdamW(state["exp_avg"], state["exp_avg_sq"], state["adam_steps"])
         for g, s in zip(gens, state["generators"], strict=True):
             g.set_state(s)
         _set_global_rng_states(state["rng"])
-        rows, diverged, finals = state["history"], state["diverged"], state["finals"]
-        start = state["step"]
+        start = int(state["step"])
+        evaluations[:start] = state["evaluations"]
         log.info("resumed from %s at step %d (%d of %d members active)", checkpoint, start,
-                 len(active), len(members))
+                 len(state["active"]), k)
 
     ensemble.train()
-    for step in range(start, cfg.steps):
-        if not active:
-            break
-        idx = torch.stack([torch.randint(len(y_train), (cfg.batch,), generator=gens[k])
-                           for k in active]).to(device)  # (K, batch)
-        ensemble.grad.zero_()
-        loss, _ = ensemble.losses(x_train[idx], y_train[idx], loss_fn)  # (K,)
-        with warnings.catch_warnings():
-            # The gradient views are strided slices of one buffer, on purpose (see the module
-            # docstring); autograd notes they are not dense, then adds into them in place.
-            warnings.filterwarnings("ignore", message=".*gradient layout contract")
-            loss.sum().backward()  # members share no weights: each gets its own gradient
-        norms = clip_per_member(ensemble.grad, cfg.clip)
-        step_rows, leaving = {}, []
-        for row, (k, lo, gn) in enumerate(zip(active, loss.tolist(), norms.tolist(),
-                                               strict=True)):
-            lr = members[k].train.lr * factors[k](step)  # what LambdaLR gives at this step
-            step_rows[k] = {"step": step + 1, "loss": lo, "lr": lr, "grad_norm": gn,
-                            "test_loss": math.nan, "test_accuracy": math.nan}
-            if not (math.isfinite(lo) and math.isfinite(gn)):
-                leaving.append(row)
-                diverged[k] = step + 1
-                rows[k].append(step_rows.pop(k))
-                log.warning("member %d (seed %d) diverged at step %d (loss %s, grad norm %s)",
-                            k, members[k].seed, step + 1, lo, gn)
-        if leaving:
-            # Its weights are those before this step, as when train.train stops.
-            for row in leaving:
-                finals[active[row]] = ensemble.state_dict(row)
-            kept = [r for r in range(len(active)) if r not in leaving]
-            ensemble.keep(kept)
-            adam.keep(kept)
-            active = [active[r] for r in kept]
-            if not active:
-                break
-        adam.step(ensemble.flat, ensemble.grad, [step_rows[k]["lr"] for k in active],
-                  [members[k].train.weight_decay for k in active])
-        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            test_loss, test_acc = evaluate(ensemble)
-            for k, lo, acc in zip(active, test_loss, test_acc, strict=True):
-                step_rows[k]["test_loss"], step_rows[k]["test_accuracy"] = lo, acc
-            log.info("step %d loss %s test accuracy %s", step + 1,
-                     [round(step_rows[k]["loss"], 4) for k in active],
-                     [round(a, 4) for a in test_acc])
-        for k in active:
-            rows[k].append(step_rows[k])
-        every = cfg.checkpoint_every
-        if checkpoint is not None and every and (step + 1) % every == 0:
-            io.save_checked({
-                "fingerprint": fingerprint, "step": step + 1, "active": active,
-                "flat": ensemble.flat, "buffers": ensemble.buffers, "exp_avg": adam.exp_avg,
-                "exp_avg_sq": adam.exp_avg_sq, "adam_steps": adam.steps,
-                "generators": [g.get_state() for g in gens], "rng": _global_rng_states(),
-                "history": rows, "diverged": diverged, "finals": finals}, checkpoint)
+    with matmul_precision(precision, device):
+        done = start
+        for end in windows(start, cfg):
+            if done > start and not step.active_members():
+                break  # every member has diverged: nothing is left to train
+            batches = torch.stack([torch.randint(len(data.y_train), (end - done, cfg.batch),
+                                                 generator=g) for g in gens], 1)
+            step.run(batches)  # (W, K, batch): each member's draws, step after step
+            if (cfg.eval_every and end % cfg.eval_every == 0) or end == cfg.steps:
+                active = step.active_members()
+                with autocast(precision, device):
+                    test_loss, test_acc = evaluate(ensemble)
+                for j in active:
+                    evaluations[end - 1, j] = test_loss[j], test_acc[j]
+                losses, _ = step.host_logs(end - 1, end)
+                log.info("step %d loss %s test accuracy %s", end,
+                         [round(float(losses[0, j]), 4) for j in active],
+                         [round(test_acc[j], 4) for j in active])
+            done = end
+            every = cfg.checkpoint_every
+            if checkpoint is not None and every and end % every == 0:
+                io.save_checked({"fingerprint": fingerprint, **step.state(),
+                                 "buffers": ensemble.buffers, "evaluations": evaluations[:end],
+                                 "generators": [g.get_state() for g in gens],
+                                 "rng": _global_rng_states()}, checkpoint)
 
-    for row, k in enumerate(active):
-        finals[k] = ensemble.state_dict(row)
-    ensemble.finals = [finals[k] for k in range(len(members))]
+    ensemble.numerics = {"precision": precision, "engine": step.engine_label,
+                         "attention": step.attention}
+    ensemble.finals = [ensemble.state_dict(j) for j in range(k)]
+    losses, norms = step.host_logs(0, done)
+    diverged = step.diverged_steps()
     results = []
-    for k in range(len(members)):
-        history = pd.DataFrame(rows[k], columns=HISTORY_COLUMNS)
-        if diverged[k] is not None:
-            results.append(TrainResult(history, True, diverged[k], math.nan, math.nan))
+    for j, member in enumerate(members):
+        if diverged[j]:
+            log.warning("member %d (seed %d) diverged at step %d (loss %s, grad norm %s)", j,
+                        member.seed, diverged[j], losses[diverged[j] - 1, j],
+                        norms[diverged[j] - 1, j])
+        last = diverged[j] or done  # a diverged member's history ends at its diverging step
+        history = pd.DataFrame({"step": np.arange(1, last + 1), "loss": losses[:last, j],
+                                "lr": step.lr[:last, j], "grad_norm": norms[:last, j],
+                                "test_loss": evaluations[:last, j, 0],
+                                "test_accuracy": evaluations[:last, j, 1]},
+                               columns=HISTORY_COLUMNS)
+        if diverged[j]:
+            results.append(TrainResult(history, True, diverged[j], math.nan, math.nan))
         else:
-            last = history.iloc[-1]
-            results.append(TrainResult(history, False, None, float(last.test_loss),
-                                       float(last.test_accuracy)))
+            final = history.iloc[-1]
+            results.append(TrainResult(history, False, None, float(final.test_loss),
+                                       float(final.test_accuracy)))
     return results
-
 
 
 # ---- workflow jobs ---------------------------------------------------------------------------
@@ -461,29 +415,32 @@ def run_job(task: str, task_options: dict, variant: dict, model_options: dict,
     results = train_ensemble(ensemble, data, team, checkpoint, fingerprint)
 
     write_members(team, results, ensemble.finals, settings, fingerprints, data.spec,
-                  extra_columns or {}, fingerprint, ensemble_path, history_path)
+                  extra_columns or {}, fingerprint, ensemble_path, history_path,
+                  ensemble.numerics)
     checkpoint.unlink(missing_ok=True)
     return results
 
 
 def write_members(team: Sequence[Member], results: Sequence[TrainResult], finals: Sequence[dict],
                   settings: Sequence[dict], hashes: Sequence[str], spec, extra_columns: dict,
-                  fingerprint: str, ensemble_path: str | Path,
-                  history_path: str | Path) -> pd.DataFrame:
+                  fingerprint: str, ensemble_path: str | Path, history_path: str | Path,
+                  numerics: dict) -> pd.DataFrame:
     """Write a trained ensemble's members: ensemble_path ({"members": [weights, settings, spec,
     final, fingerprint per member], "fingerprint"}) and history_path (every member's history
-    with extra_columns, its identity columns and config_hash). Returns the history table."""
+    with extra_columns, its identity columns, how it was trained (`numerics`: precision, engine,
+    attention) and config_hash). Returns the history table."""
     histories, saved = [], []
     for m, result, state, settings_k, hash_k in zip(team, results, finals, settings, hashes,
                                                     strict=True):
         history = result.history.assign(diverged=result.diverged,
                                          diverged_step=result.diverged_step or 0)
-        for key, value in {**extra_columns, **m.identity()}.items():
+        for key, value in {**extra_columns, **m.identity(), **numerics}.items():
             history[key] = value
         history["config_hash"] = hash_k
         histories.append(history)
         final = {"diverged": result.diverged, "diverged_step": result.diverged_step,
-                 "test_loss": result.test_loss, "test_accuracy": result.test_accuracy}
+                 "test_loss": result.test_loss, "test_accuracy": result.test_accuracy,
+                 **numerics}
         saved.append({"model": {k: v.cpu() for k, v in state.items()}, "settings": settings_k,
                       "spec": asdict(spec), "final": final, "fingerprint": hash_k})
         log.info("member %s: %s", m.identity(), final)
@@ -582,6 +539,8 @@ def measure_job(ensemble_path: str | Path, eval_size: int, device: str = "cpu",
         for key, value in member.identity().items():
             table[key] = value
         table["chance"] = data.spec.chance
+        for key in NUMERICS_COLUMNS:  # ensembles written before these were recorded
+            table[key] = final.get(key, NUMERICS_BEFORE[key])
         table["config_hash"] = s["fingerprint"]
         frames.append(table)
     out = pd.concat(frames, ignore_index=True)

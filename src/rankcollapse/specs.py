@@ -79,10 +79,16 @@ class TrainConfig:
     clip: float = 1.0  # max global gradient norm
     checkpoint_every: int = 100  # steps between checkpoints (0: never)
     eval_every: int = 100  # steps between test-set evaluations (the last step always)
+    precision: str = "float32"  # float32, tf32 (GPU matrix products) or bf16 (autocast)
+    engine: str = "auto"  # the ensemble's step: auto, eager, graph (CUDA graph) or compile
+    attention: str = "math"  # math (bit-reproducible) or fused (GPU kernels under vmap)
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule={self.schedule!r}: allowed values are {list(SCHEDULES)}")
+        for name, allowed in (("schedule", SCHEDULES), ("precision", PRECISIONS),
+                              ("engine", ENGINES), ("attention", ATTENTION)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name}={getattr(self, name)!r}: allowed values are "
+                                 f"{list(allowed)}")
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -93,6 +99,10 @@ class TrainConfig:
 
 # "constant" is Dong et al.'s Adam at a fixed rate (their circle and sorting runs).
 SCHEDULES = ("cosine", "constant")
+# The recorded numeric choices of a training job (rankcollapse.step explains each).
+PRECISIONS = ("float32", "tf32", "bf16")
+ENGINES = ("auto", "eager", "graph", "compile")
+ATTENTION = ("math", "fused")
 
 # What may differ between the members of one ensemble, besides the seed (ensemble.Member).
 MEMBER_FIELDS = ("lr", "warmup", "weight_decay")

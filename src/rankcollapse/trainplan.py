@@ -244,7 +244,8 @@ def select_members(table, members: list[dict]):
 
 # ---- E5: per-arm tuning ---------------------------------------------------------------------
 
-TUNED_SHARED = ("schedule", "clip", "checkpoint_every", "eval_every")
+TUNED_SHARED = ("schedule", "clip", "checkpoint_every", "eval_every", "precision", "engine",
+                "attention")
 
 
 def grid_depths(grid: dict, task: str) -> list[int]:
@@ -279,4 +280,5 @@ def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
             "train_options": shared,
             "sweep": {k: g[k] for k in MEMBER_FIELDS},
             "tuning_seeds": [int(s) for s in g["tuning_seeds"]],
-            "final_seeds": [int(s) for s in g["seeds"]]}
+            "final_seeds": [int(s) for s in g["seeds"]],
+            "tuning": {"method": g.get("tuning", "grid"), **g.get("halving", {})}}

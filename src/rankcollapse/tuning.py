@@ -1,19 +1,27 @@
 """Per-arm tuning: choose each architecture's optimiser settings on a validation split, then
 train fresh seeds at the chosen setting (E5).
 
-One job per (task, variant, depth), two ensembles (`rankcollapse.ensemble`):
+One job per (task, variant, depth), trained as ensembles (`rankcollapse.ensemble`):
 
 1. the **sweep**: every setting of the grid (lr x warmup x weight_decay) on the tuning seed(s),
-   evaluated on the validation split carved from the training set (`TaskData.x_val`);
+   evaluated on the validation split carved from the training set (`TaskData.x_val`). With
+   `depth_grid.tuning: grid` every setting trains the full budget (one rung). With `halving`
+   (successive halving, rate eta over `rungs` rungs) rung r trains every remaining setting for
+   steps / eta^(rungs - 1 - r) steps (its warm-up shortened in proportion), and the best
+   1/eta of them (rounded up) on validation go on to the next rung; the last rung trains the full
+   budget. Halving with one rung is the grid;
 2. the **selection**: the setting with the best mean over tuning seeds of the validation
-   metric: accuracy for classification, cross-entropy (bits per character) for language
-   modelling. A diverged member counts as the worst value; ties go to the lower loss;
+   metric (at the last rung): accuracy for classification, cross-entropy (bits per character)
+   for language modelling. A diverged member counts as the worst value; ties go to the lower
+   loss, then the smaller learning rate (`rank`);
 3. the **final** ensemble: `final_seeds` fresh seeds (never a tuning seed) at that setting,
-   evaluated on the test split, as every other training job is.
+   trained for the full budget and evaluated on the test split, as every other training job is.
 
 Outputs: the final members as `ensemble.run_job` writes them (so `ensemble.measure_job` reads
-them unchanged), their histories, and one table row per member of both ensembles with its role
-(`sweep` or `final`), its validation and test numbers and whether its setting was selected.
+them unchanged), their histories, and one table row per member of every ensemble with its role
+(`sweep` or `final`), its rung and that rung's steps, its validation and test numbers, whether
+its setting was selected (in the sweep: at the rung that selected it), the tuning method and
+how it was trained (precision, engine, attention).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import pandas as pd
 from . import io, runtime
 from .ensemble import (
     MEMBER_FIELDS,
+    NUMERICS_COLUMNS,
     Ensemble,
     Member,
     evaluate_members,
@@ -38,12 +47,14 @@ from .ensemble import (
     train_ensemble,
     write_members,
 )
+from .step import autocast
 from .tasks import TaskData, make_task
 from .train import new_model
 
 log = logging.getLogger(__name__)
 
 ROLES = ("sweep", "final")
+METHODS = ("grid", "halving")
 TUNING_COLUMNS = ["role", "seed", "peak_lr", "warmup", "weight_decay", "selected", "diverged",
                   "diverged_step", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
                   "config_hash"]
@@ -55,17 +66,34 @@ def grid(sweep: dict) -> list[dict]:
     return [dict(zip(MEMBER_FIELDS, combo, strict=True)) for combo in itertools.product(*values)]
 
 
+def rung_steps(steps: int, method: str = "grid", eta: int = 3, rungs: int = 1) -> list[int]:
+    """The training budget of each rung: successive halving's rung r trains
+    steps / eta^(rungs - 1 - r) steps, the last rung the full budget; the grid is one rung."""
+    if method not in METHODS:
+        raise ValueError(f"tuning={method!r}: allowed values are {list(METHODS)}")
+    if method == "grid":
+        return [int(steps)]
+    if int(rungs) < 1 or int(eta) < 2:
+        raise ValueError(f"halving needs rungs >= 1 and eta >= 2, got rungs={rungs}, eta={eta}")
+    budgets = [round(steps / eta ** (rungs - 1 - r)) for r in range(int(rungs))]
+    if budgets[0] < 1:
+        raise ValueError(f"halving: {rungs} rungs at eta={eta} leave rung 0 of {steps} steps "
+                         "with no step to train")
+    return budgets
+
+
 def selection_metric(data: TaskData) -> str:
     """What the selection maximises: validation accuracy, or minus the validation loss for a
     language model (whose reported metric is bits per character)."""
     return "loss" if data.spec.causal else "accuracy"
 
 
-def select(rows: pd.DataFrame, metric: str) -> dict:
-    """The setting {lr, warmup, weight_decay} with the best mean validation `metric` over the
-    tuning seeds. rows: the sweep's members (peak_lr, warmup, weight_decay, val_loss,
-    val_accuracy, diverged). Diverged members count as the worst value (loss +inf, accuracy 0);
-    ties are broken by the lower mean validation loss, then the smaller learning rate."""
+def rank(rows: pd.DataFrame, metric: str) -> list[dict]:
+    """The settings {lr, warmup, weight_decay} of `rows`, best first, by the mean validation
+    `metric` over the tuning seeds. rows: sweep members (peak_lr, warmup, weight_decay,
+    val_loss, val_accuracy, diverged). Diverged members count as the worst value (loss +inf,
+    accuracy 0); ties are broken by the lower mean validation loss, then the smaller
+    learning rate, warm-up and weight decay (so the ranking is deterministic)."""
     r = rows.copy()
     r["val_loss"] = r.val_loss.where(~r.diverged & r.val_loss.notna(), math.inf)
     r["val_accuracy"] = r.val_accuracy.where(~r.diverged & r.val_accuracy.notna(), 0.0)
@@ -73,10 +101,14 @@ def select(rows: pd.DataFrame, metric: str) -> dict:
         ["val_loss", "val_accuracy"]].mean()
     key = ["val_accuracy", "val_loss"] if metric == "accuracy" else ["val_loss"]
     ascending = [False, True] if metric == "accuracy" else [True]
-    best = means.sort_values([*key, "peak_lr"], ascending=[*ascending, True],
-                             kind="stable").iloc[0]
-    return {"lr": float(best.peak_lr), "warmup": int(best.warmup),
-            "weight_decay": float(best.weight_decay)}
+    ordered = means.sort_values([*key, "peak_lr"], ascending=[*ascending, True], kind="stable")
+    return [{"lr": float(b.peak_lr), "warmup": int(b.warmup),
+             "weight_decay": float(b.weight_decay)} for b in ordered.itertuples()]
+
+
+def select(rows: pd.DataFrame, metric: str) -> dict:
+    """The best setting of `rows` by `rank`."""
+    return rank(rows, metric)[0]
 
 
 def validation_data(data: TaskData) -> TaskData:
@@ -87,10 +119,18 @@ def validation_data(data: TaskData) -> TaskData:
     return replace(data, x_test=data.x_val, y_test=data.y_val)
 
 
-def _member_rows(role: str, team: Sequence[Member], results, val, test, hashes) -> list[dict]:
+def _member_rows(role: str, team: Sequence[Member], results, val, test, hashes,
+                 settings: Sequence[dict] | None = None) -> list[dict]:
+    """One tuning row per member; `settings` (a sweep's nominal {lr, warmup, weight_decay} per
+    member) replaces the member's own where a rung trains a shortened schedule."""
     rows = []
-    for m, result, (vl, va), (tl, ta), h in zip(team, results, val, test, hashes, strict=True):
-        rows.append({"role": role, **m.identity(), "diverged": bool(result.diverged),
+    for i, (m, result, (vl, va), (tl, ta), h) in enumerate(zip(team, results, val, test, hashes,
+                                                                strict=True)):
+        identity = m.identity()
+        if settings is not None:
+            identity.update(peak_lr=settings[i]["lr"], warmup=settings[i]["warmup"],
+                            weight_decay=settings[i]["weight_decay"])
+        rows.append({"role": role, **identity, "diverged": bool(result.diverged),
                      "diverged_step": int(result.diverged_step or 0), "val_loss": vl,
                      "val_accuracy": va, "test_loss": tl, "test_accuracy": ta,
                      "config_hash": h})
@@ -109,17 +149,38 @@ def _evaluate_finals(models: list, results, x, y) -> list[tuple[float, float]]:
     return out
 
 
+def rung_members(train_options: dict, settings: Sequence[dict], tuning_seeds: Sequence[int],
+                 steps: int) -> tuple[list[Member], list[dict]]:
+    """(members, their nominal settings) of one rung: every setting on every tuning seed,
+    trained for `steps` of the full budget with its warm-up shortened in proportion, so that a
+    rung's schedule is the full one compressed in time (the last rung trains the setting
+    itself)."""
+    full = int(train_options["steps"])
+    team, nominal = [], []
+    for seed in tuning_seeds:
+        for g in settings:
+            warmup = g["warmup"] if steps == full else max(1, round(g["warmup"] * steps / full))
+            team += members_from({**train_options, "steps": steps},
+                                 [{"seed": int(seed), **g, "warmup": int(warmup)}])
+            nominal.append(dict(g))
+    return team, nominal
+
+
 def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: dict,
                   train_options: dict, sweep: dict, tuning_seeds: Sequence[int],
                   final_seeds: Sequence[int], ensemble_path: str | Path,
                   history_path: str | Path, tuning_path: str | Path, device: str = "cpu",
-                  threads: int = 1, extra_columns: dict | None = None) -> dict:
+                  threads: int = 1, extra_columns: dict | None = None,
+                  tuning: dict | None = None) -> dict:
     """One tuned job of the workflow (see the module docstring). train_options: the shared
-    TrainConfig fields; sweep: {lr, warmup, weight_decay}, each a number or a list.
-    Returns the selected setting."""
+    TrainConfig fields; sweep: {lr, warmup, weight_decay}, each a number or a list; tuning:
+    {method: grid | halving, eta, rungs} (default: the grid). Returns the selected setting."""
     if set(tuning_seeds) & set(final_seeds):
         raise ValueError(f"final seeds {sorted(final_seeds)} must be fresh: none may be a "
                          f"tuning seed {sorted(tuning_seeds)}")
+    tuning = {"method": "grid", "eta": 3, "rungs": 1, **(tuning or {})}
+    budgets = rung_steps(int(train_options["steps"]), tuning["method"], tuning["eta"],
+                         tuning["rungs"])
     runtime.setup(threads, int(final_seeds[0]))
     dev = runtime.job_device(device)
     data = make_task(task, **task_options)
@@ -139,16 +200,27 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
         checkpoint.unlink(missing_ok=True)
         return ensemble, results, settings, hashes
 
-    # 1. The sweep, evaluated on the validation split (its history's test_* are validation).
-    sweep_team = members_from(train_options, [{"seed": int(s), **g} for s in tuning_seeds
-                                              for g in grid(sweep)])
-    log.info("sweep: %d members (%d settings x %d tuning seeds), selecting on validation %s",
-             len(sweep_team), len(grid(sweep)), len(tuning_seeds), metric)
-    ens, results, _, hashes = train_team(sweep_team, "sweep", val)
-    sweep_val = [(r.test_loss, r.test_accuracy) for r in results]
-    sweep_rows = _member_rows("sweep", sweep_team, results, sweep_val,
-                              [(math.nan, math.nan)] * len(results), hashes)
-    chosen = select(pd.DataFrame(sweep_rows), metric)
+    # 1. The sweep, evaluated on the validation split (its history's test_* are validation):
+    # the grid trains every setting to the full budget; successive halving trains every setting
+    # a short budget, keeps the best 1/eta on validation, and so on up to the full budget.
+    survivors, sweep_rows = grid(sweep), []
+    for rung, steps in enumerate(budgets):
+        team, nominal = rung_members(train_options, survivors, tuning_seeds, steps)
+        log.info("sweep rung %d of %d (%s): %d members (%d settings x %d tuning seeds), %d "
+                 "steps, selecting on validation %s", rung + 1, len(budgets), tuning["method"],
+                 len(team), len(survivors), len(tuning_seeds), steps, metric)
+        name = "sweep" if len(budgets) == 1 else f"sweep_rung{rung}"
+        ens, results, _, hashes = train_team(team, name, val)
+        rows = _member_rows("sweep", team, results, [(r.test_loss, r.test_accuracy)
+                                                     for r in results],
+                            [(math.nan, math.nan)] * len(results), hashes, nominal)
+        for row in rows:
+            row.update(rung=rung, rung_steps=steps, **ens.numerics)
+        sweep_rows += rows
+        ranked = rank(pd.DataFrame(rows), metric)
+        keep = 1 if rung == len(budgets) - 1 else math.ceil(len(survivors) / tuning["eta"])
+        survivors = ranked[:keep]
+    chosen = survivors[0]
     log.info("selected %s", chosen)
 
     # 2. Fresh seeds at the selected setting, evaluated on test; then on validation too.
@@ -159,19 +231,28 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
         model = new_model(data.spec, variant, model_options, m.seed)
         model.load_state_dict(state)
         trained.append(model.to(dev))
-    final_val = _evaluate_finals(trained, results, data.x_val, data.y_val)
+    with autocast(ens.numerics["precision"], dev):
+        final_val = _evaluate_finals(trained, results, data.x_val, data.y_val)
     final_test = [(r.test_loss, r.test_accuracy) for r in results]
     final_rows = _member_rows("final", final_team, results, final_val, final_test, hashes)
+    for row in final_rows:
+        row.update(rung=None, rung_steps=int(train_options["steps"]), **ens.numerics)
 
-    table = pd.DataFrame(sweep_rows + final_rows, columns=TUNING_COLUMNS)
+    table = pd.DataFrame(sweep_rows + final_rows,
+                         columns=[*TUNING_COLUMNS, "rung", "rung_steps", *NUMERICS_COLUMNS])
+    table["rung"] = table.rung.astype("Int64")  # <NA> for the final members
+    # selected: the member's setting was chosen; in the sweep, only the rung that chose it.
+    last = table.role.eq("final") | table.rung.eq(len(budgets) - 1)
     table["selected"] = ((table.peak_lr == chosen["lr"]) & (table.warmup == chosen["warmup"])
-                         & (table.weight_decay == chosen["weight_decay"]))
+                         & (table.weight_decay == chosen["weight_decay"]) & last)
     table["metric"] = metric
+    table["tuning"] = (tuning["method"] if tuning["method"] == "grid" else
+                       f"halving (eta {tuning['eta']}, {len(budgets)} rungs)")
     for key, value in extra.items():
         table.insert(0, key, value)
     table["code_version"] = io.code_version()
 
     write_members(final_team, results, ens.finals, settings, hashes, data.spec, extra,
-                  io.config_hash(hashes), ensemble_path, history_path)
+                  io.config_hash(hashes), ensemble_path, history_path, ens.numerics)
     io.write_parquet(table, tuning_path)
     return chosen

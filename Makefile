@@ -20,7 +20,7 @@ CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
 RUFF := $(PY) -m ruff check src tests workflow/scripts benchmarks
 SNAKEFMT := $(VENV)/bin/snakefmt --check Snakefile workflow/rules
 
-.PHONY: venv reproduce snakemake-report test test-fast bench lint dryrun notebooks clean-results help
+.PHONY: venv reproduce snakemake-report test test-fast bench bench-gpu lint dryrun notebooks clean-results help
 
 help:
 	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
@@ -28,6 +28,7 @@ help:
 	@echo "make test        set up .venv, run the whole test suite (what CI runs)"
 	@echo "make test-fast   lint, unit and property tests, dry-runs: no real workflow run (under 2 min)"
 	@echo "make bench       the performance suite (benchmarks/README.md)"
+	@echo "make bench-gpu   the GPU check: B1, B7, B9 and the CI workflow on a GPU (QUICK=1: CPU mode)"
 	@echo "make lint        ruff, snakefmt --check, snakemake --lint"
 	@echo "make notebooks   regenerate notebooks/*.ipynb from notebooks/src/*.py (jupytext --sync)"
 	@echo "Variables: CORES=N  CONFIG=workflow/config/paper.yaml  SNAKEMAKE_ARGS='...'  PYTEST_ARGS='...'"
@@ -65,6 +66,14 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+
+# The GPU check (benchmarks/gpu_check.py): on a GPU machine it runs with the Python that has the
+# machine's own CUDA build of torch (no venv is built: BENCH_PYTHON defaults to .venv's python
+# when there is one, else python3); QUICK=1 is its CPU mode, which the test suite runs.
+QUICK ?=
+BENCH_PYTHON ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+bench-gpu:
+	QUICK=$(QUICK) $(BENCH_PYTHON) benchmarks/gpu_check.py
 
 lint: $(STAMP)
 	$(RUFF)

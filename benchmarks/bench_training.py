@@ -1,7 +1,8 @@
 """B1: one training step of our post-LN model vs torch.nn.TransformerEncoderLayer.
 
-Same width, heads, depth, sequence length and batch; forward + backward + AdamW step on CPU,
-float32, capture off (fused attention). Target: ours >= 0.9x the reference's tokens/s.
+Same width, heads, depth, sequence length and batch; forward + backward + AdamW step, float32,
+capture off (fused attention), on the CPU or on BENCH_DEVICE (the GPU check sets cuda).
+Target: ours >= 0.9x the reference's tokens/s.
 Also reports the cost of capture=True (materialised attention matrices) relative to capture off.
 """
 
@@ -13,9 +14,9 @@ from torch import nn
 from rankcollapse.model import PRESETS, build
 
 try:
-    from common import interleaved_times, record
+    from common import bench_device, interleaved_times, record, synced
 except ImportError:  # imported as benchmarks.bench_training
-    from .common import interleaved_times, record
+    from .common import bench_device, interleaved_times, record, synced
 
 WIDTH, HEADS, DEPTH, TOKENS, BATCH = 128, 4, 6, 64, 32
 
@@ -35,21 +36,22 @@ def step_fn(model: nn.Module, forward, x: torch.Tensor):
         loss.backward()
         opt.step()
 
-    return step
+    return synced(step, x.device)
 
 
 def run() -> dict:
     torch.manual_seed(0)
-    x = torch.randn(BATCH, TOKENS, WIDTH)
-    ours = build(PRESETS["post_ln"], width=WIDTH, heads=HEADS, depth=DEPTH).train()
-    ref = reference_stack().train()
+    device = bench_device()
+    x = torch.randn(BATCH, TOKENS, WIDTH, device=device)
+    ours = build(PRESETS["post_ln"], width=WIDTH, heads=HEADS, depth=DEPTH).to(device).train()
+    ref = reference_stack().to(device).train()
     t_ours, t_ref = interleaved_times(step_fn(ours, lambda x: ours(x)[0], x),
                                       step_fn(ref, ref, x))
     captured = step_fn(ours, lambda x: ours(x, capture=True)[0], x)
     t_capture, t_plain = interleaved_times(captured, step_fn(ours, lambda x: ours(x)[0], x))
     tokens = BATCH * TOKENS
     entry = {
-        "what": "training step (fwd+bwd+AdamW), post-LN, CPU float32",
+        "what": f"training step (fwd+bwd+AdamW), post-LN, {device.type} float32",
         "shape": {"width": WIDTH, "heads": HEADS, "depth": DEPTH, "tokens": TOKENS,
                   "batch": BATCH},
         "ours_tokens_per_s": tokens / t_ours,

@@ -17,7 +17,59 @@ from pathlib import Path
 import torch
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results.json"
+# Where entries are merged: benchmarks/results.json, or BENCH_RESULTS (the GPU check keeps its
+# own file, so that a GPU run never overwrites the CPU table's entries).
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or HERE / "results.json")
+
+
+def bench_device() -> torch.device:
+    """BENCH_DEVICE (cpu, cuda or auto; default cpu): where the benchmarks that can run on a
+    GPU run. cuda without a visible GPU is an error, said before anything is timed."""
+    wanted = os.environ.get("BENCH_DEVICE", "cpu")
+    if wanted == "auto":
+        wanted = "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("BENCH_DEVICE=cuda but no GPU is visible to torch")
+    if wanted not in ("cpu", "cuda"):
+        raise ValueError(f"BENCH_DEVICE={wanted!r}: allowed values are cpu, cuda, auto")
+    return torch.device(wanted)
+
+
+def synced(fn: Callable[[], object], device: torch.device) -> Callable[[], object]:
+    """fn followed by a device synchronisation, so that a timer sees the GPU's work finished
+    (kernel launches return before the kernels run)."""
+    if device.type != "cuda":
+        return fn
+
+    def call():
+        out = fn()
+        torch.cuda.synchronize(device)
+        return out
+
+    return call
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False,
+                n: int | None = None, repeats: int = 10) -> float:
+    """The device's matrix-product rate (FLOP/s): n x n products (8192 on a GPU, 1024 on a
+    CPU), median of `repeats` after warm-ups; tf32 allows TensorFloat-32 for float32."""
+    n = n or (8192 if device.type == "cuda" else 1024)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        product = synced(lambda: a @ b, device)
+        for _ in range(3):
+            product()
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            product()
+            samples.append(time.perf_counter() - start)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return 2 * n**3 / statistics.median(samples)
 
 
 def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 2,
@@ -55,13 +107,18 @@ def interleaved_times(ours: Callable[[], object], reference: Callable[[], object
 
 
 def machine() -> dict:
-    return {
+    out = {
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        out["gpu"] = f"{props.name} ({props.total_memory // 2**20} MiB)"
+        out["cuda"] = torch.version.cuda
+    return out
 
 
 def record(name: str, entry: dict) -> dict:

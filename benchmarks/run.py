@@ -27,6 +27,7 @@ SUITE = {
     "B6_end_to_end": ("bench_end_to_end", "total_s", "default run, summed job wall time (s)"),
     "B7_ensemble": ("bench_ensemble", "ratio", "K=8 ensemble vs one after another"),
     "B8_run_time": ("bench_run_time", "wall_s", "default run's workflow wall time (s)"),
+    "B9_gpu_step": ("bench_gpu_step", "best_fraction", "deepest arm, best share of fp32 rate"),
 }
 
 

@@ -25,9 +25,10 @@ def test_jobs_ran_under_slurm(smoke_slurm):
     assert not any("SLURM_GPUS_ON_NODE" in text for text in init)  # CPU jobs ask for no GPU
 
 
-def test_training_jobs_were_scheduled_on_a_gpu(smoke_slurm):
-    train = logs(smoke_slurm, "train")
-    assert train, "no training logs"
+@pytest.mark.parametrize("stage", ["train", "tuned"])  # E2/E4/E5b's jobs and E5's tuned ones
+def test_training_jobs_were_scheduled_on_a_gpu(smoke_slurm, stage):
+    train = logs(smoke_slurm, stage)
+    assert train, f"no {stage} logs"
     for text in train:
         assert "SLURM_JOB_ID=" in text
         assert "SLURM_GPUS_ON_NODE=1" in text, text[:2000]

@@ -242,22 +242,64 @@ def test_dry_run_includes_the_training_jobs(project):
     assert int(counts["collect_tuned"]) == 1  # E5_metrics, E5_history, E5_tuning in one job
 
 
-def test_gpu_slots_are_exclusive_per_job(tmp_path, monkeypatch):
+def _held(runtime):
+    return list(runtime._HELD_GPU_LOCKS)
+
+
+def _release(runtime, since: int, count: int | None = None) -> None:
+    """Close the lock files claimed after position `since` (the last `count` of them)."""
+    extra = runtime._HELD_GPU_LOCKS[since:]
+    for handle in extra[-count:] if count else extra:
+        handle.close()
+        runtime._HELD_GPU_LOCKS.remove(handle)
+
+
+def test_the_sharing_rule_in_slots():
     from rankcollapse import runtime
 
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    held = list(runtime._HELD_GPU_LOCKS)
+    assert runtime.slots_needed(2048, 8192) == (2, 8)
+    assert runtime.slots_needed(1, 8192) == (1, 8)  # at least one slot
+    assert runtime.slots_needed(1500, 8192) == (2, 8)  # rounded up
+    assert runtime.slots_needed(None, 8192) == (8, 8)  # no estimate: the whole GPU
+    assert runtime.slots_needed(99999, 8192) == (8, 8)  # larger than the GPU: alone on it
+
+
+def test_small_jobs_share_a_gpu_while_their_sum_fits(tmp_path):
+    from rankcollapse import runtime
+
+    start = len(_held(runtime))
     try:
-        assert runtime.claim_gpu(tmp_path) == 0
-        assert runtime.claim_gpu(tmp_path) == 1  # slot 0 is held: the next job gets GPU 1
-        with pytest.raises(TimeoutError, match="busy"):
-            runtime.claim_gpu(tmp_path, poll_s=0.01, timeout_s=0.05)
-        runtime._HELD_GPU_LOCKS.pop().close()  # a job ends: its slot is free again
-        assert runtime.claim_gpu(tmp_path) == 1
+        one = [4 * runtime.SLOT_MB]  # a GPU of 4 slots
+        assert runtime.claim_gpu(2 * runtime.SLOT_MB, tmp_path, capacities=one) == 0
+        assert runtime.claim_gpu(2 * runtime.SLOT_MB, tmp_path, capacities=one) == 0  # shared
+        with pytest.raises(TimeoutError, match="room"):  # full: the next one waits
+            runtime.claim_gpu(runtime.SLOT_MB, tmp_path, poll_s=0.01, timeout_s=0.05,
+                              capacities=one)
+        _release(runtime, start, count=2)  # the second job ends: its two slots are free
+        assert runtime.claim_gpu(runtime.SLOT_MB, tmp_path, capacities=one) == 0
+        with pytest.raises(TimeoutError):  # 3 slots held, 1 free: a 2-slot job does not fit
+            runtime.claim_gpu(2 * runtime.SLOT_MB, tmp_path, poll_s=0.01, timeout_s=0.05,
+                              capacities=one)
+        assert len(runtime._HELD_GPU_LOCKS) - start == 3  # a failed try keeps nothing
     finally:
-        for handle in runtime._HELD_GPU_LOCKS[len(held):]:
-            handle.close()
-        runtime._HELD_GPU_LOCKS[:] = held
+        _release(runtime, start)
+
+
+def test_a_job_without_an_estimate_takes_a_gpu_of_its_own(tmp_path):
+    from rankcollapse import runtime
+
+    start = len(_held(runtime))
+    two = [2 * runtime.SLOT_MB, 2 * runtime.SLOT_MB]
+    try:
+        assert runtime.claim_gpu(None, tmp_path, capacities=two) == 0
+        assert runtime.claim_gpu(None, tmp_path, capacities=two) == 1  # GPU 0 is taken
+        with pytest.raises(TimeoutError, match="busy|room"):
+            runtime.claim_gpu(runtime.SLOT_MB, tmp_path, poll_s=0.01, timeout_s=0.05,
+                              capacities=two)
+        _release(runtime, start, count=2)  # the job on GPU 1 ends
+        assert runtime.claim_gpu(runtime.SLOT_MB, tmp_path, capacities=two) == 1
+    finally:
+        _release(runtime, start)
 
 
 # --- damaged checkpoints --------------------------------------------------------------------

@@ -152,7 +152,8 @@ def _saved_bytes_per_member(variant: str, options: dict, batch: int, k: int = 2)
 
     x = data.x_train[:k * batch].view(k, batch, *data.x_train.shape[1:])
     with warnings.catch_warnings(), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        ens.losses(x, data.y_train[:k * batch].view(k, batch))
+        ens.losses(x, data.y_train[:k * batch].view(k, batch),
+                   flat=ens.flat.clone().requires_grad_(True))  # as a training step does
     params = sum(p.numel() for p in ens.params.values()) // k
     return sum(storages.values()) / k + trainplan.STATE_COPIES * params * 4
 

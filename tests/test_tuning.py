@@ -137,6 +137,31 @@ def test_halving_keeps_the_best_of_each_rung_and_is_deterministic(tmp_path):
     assert (table[table.selected & (table.role == "sweep")].rung == 1).all()
     assert table[table.role == "final"].rung.isna().all()
     assert set(table.precision) == {"float32"} and set(table.engine) == {"eager"}
+    from rankcollapse.trained import last_rungs, selected_settings
+
+    shown = last_rungs(table)  # each setting at the last rung it reached
+    assert len(shown) == 4 * 2 and set(shown[shown.peak_lr.isin([k["lr"] for k in kept])]
+                                       .rung) == {1}
+    picked = selected_settings(table).iloc[0]
+    assert picked.peak_lr == chosen["lr"] and picked.tuned_by == "halving (eta 2, 2 rungs)"
     again, table_again, _ = _tuned(tmp_path / "b", "halving", eta=2, rungs=2)
     assert again == chosen
     pd.testing.assert_frame_equal(table_again, table, check_exact=True)
+
+
+def test_the_report_says_which_method_chose_the_settings():
+    import yaml
+
+    from rankcollapse import report
+
+    from conftest import ROOT
+
+    config = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+    grid_line = report._e5_size(config)
+    assert "(grid)" in grid_line
+    config["depth_grid"].update(tuning="halving", steps=180, halving={"eta": 3, "rungs": 3})
+    line = report._e5_size(config)
+    assert "successive halving (eta 3, rungs of 20, 60, 180 steps)" in line
+    # 10 settings x 1 tuning seed: 10 at rung 0, 4 at rung 1, 2 at rung 2, then 5 fresh seeds
+    arms = int(line.split(" tuned arms")[0])
+    assert line.endswith(f"{arms * (10 + 4 + 2 + 5)} trained networks")

@@ -58,7 +58,7 @@ from matplotlib.ticker import MaxNLocator
 from rankcollapse import io, plotting
 from rankcollapse.claims import e5 as e5_claims
 from rankcollapse.notebooks import section
-from rankcollapse.trained import final_accuracy, seed_interval, selected_settings
+from rankcollapse.trained import final_accuracy, last_rungs, seed_interval, selected_settings
 
 plotting.use_style()
 grid, train = settings["depth_grid"], settings["train"]
@@ -88,7 +88,7 @@ print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements 
 # level (the validation block is harder); the selection compares settings on one block only.
 
 # %%
-sweep = tuning[tuning.role == "sweep"].copy()
+sweep = last_rungs(tuning)  # with successive halving: each setting at the last rung it reached
 warmups = sorted(sweep.warmup.unique())
 styles = dict(zip(warmups, ["-", "--", ":", "-."]))
 arms = variants + placements
@@ -237,9 +237,9 @@ table = summary.merge(chosen, on=["task", "variant", "depth"], how="left")
 table = table.assign(
     arm=table.variant.map(plotting.variant_label), test=[fmt(r) for _, r in table.iterrows()],
     lr=table.peak_lr.map(lambda v: f"{v:g}"), warmup=table.warmup.astype("Int64"))
-shown = table[["task", "arm", "depth", "lr", "warmup", "test", "seeds"]].rename(
+shown = table[["task", "arm", "depth", "lr", "warmup", "tuned_by", "test", "seeds"]].rename(
     columns={"test": "test metric, mean [95% interval]", "lr": "selected lr",
-             "warmup": "selected warm-up"})
+             "warmup": "selected warm-up", "tuned_by": "selected by"})
 table_html = shown.to_html(index=False, border=0, classes="data")
 shown
 
@@ -266,7 +266,8 @@ method = summary.method.iloc[0] if len(summary) else ""
 description = (
     f"Every arm tuned over peak lr {grid['lr']} × warm-up {grid['warmup']} on tuning seed(s) "
     f"{grid['tuning_seeds']} ({grid['steps']} steps, batch {grid['batch']}, width "
-    f"{train.get('width')}), selected on the validation split, then {n_seeds} fresh seeds at "
+    f"{train.get('width')}), selected on the validation split by "
+    f"{' / '.join(sorted(chosen.tuned_by.unique()))}, then {n_seeds} fresh seeds at "
     f"the selected setting; intervals: {method}. "
     + ". ".join(deepest_text(t) for t in tasks)
     + f". {int(runs.diverged.sum())} of {len(runs)} final runs diverged."

@@ -390,7 +390,8 @@ def member_settings(task: str, task_options: dict, variant: dict, model_options:
 def run_job(task: str, task_options: dict, variant: dict, model_options: dict,
             train_options: dict, members: Sequence[dict], ensemble_path: str | Path,
             history_path: str | Path, device: str = "cpu", threads: int = 1,
-            extra_columns: dict | None = None) -> list[TrainResult]:
+            extra_columns: dict | None = None, gpu_mb: float | None = None
+            ) -> list[TrainResult]:
     """One training job of the workflow: the members [{seed, lr?, warmup?, weight_decay?}] of
     one architecture as one ensemble, resuming from the checkpoint beside ensemble_path.
 
@@ -400,7 +401,7 @@ def run_job(task: str, task_options: dict, variant: dict, model_options: dict,
     """
     team = members_from(train_options, members)
     runtime.setup(threads, team[0].seed)
-    dev = runtime.job_device(device)
+    dev = runtime.job_device(device, gpu_mb or None)  # room for gpu_mb MB on a shared GPU
     data = make_task(task, **task_options)
     settings = [member_settings(task, task_options, variant, model_options, m) for m in team]
     fingerprints = [io.config_hash(s) for s in settings]

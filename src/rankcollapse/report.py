@@ -70,17 +70,25 @@ def _e5_size(c: dict) -> str:
     """E5's tuned grid: arms, sweep members and final seeds per arm."""
     from .trainplan import grid_depths, tuned_runs
     from .tuning import grid as sweep_grid
+    from .tuning import rung_steps
 
     g = c["depth_grid"]
     arms = tuned_runs(c)
     settings = len(sweep_grid({k: g[k] for k in ("lr", "warmup", "weight_decay")}))
     depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
+    halving = {"eta": 3, "rungs": 3, **g.get("halving", {})}
+    budgets = rung_steps(g["steps"], g.get("tuning", "grid"), halving["eta"], halving["rungs"])
+    survivors, swept = settings, 0
+    for rung in range(len(budgets)):
+        swept += survivors * _size(g["tuning_seeds"])
+        survivors = 1 if rung == len(budgets) - 1 else -(-survivors // halving["eta"])
+    method = ("every setting trained to the full budget (grid)" if len(budgets) == 1 else
+              f"successive halving (eta {halving['eta']}, rungs of {_list(budgets)} steps)")
     return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
             f"{depths}; placements {_list(g.get('placements', [])) or 'none'} at the deepest); "
-            f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s) "
-            f"then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch {g['batch']}: "
-            f"{len(arms) * (settings * _size(g['tuning_seeds']) + _size(g['seeds']))} "
-            "trained networks")
+            f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
+            f"{method}, then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch "
+            f"{g['batch']}: {len(arms) * (swept + _size(g['seeds']))} trained networks")
 
 
 def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
@@ -145,7 +153,37 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
     return rows
 
 
-def method_notes(experiments: list[str]) -> list[dict]:
+TRAINED = ("E2", "E4", "E5", "E5b")  # the experiments whose networks train through the ensemble
+
+
+def numerics_note(config: dict, experiments: list[str]) -> dict | None:
+    """The methods paragraph on how the networks were trained: precision, step engine and
+    attention, as the config chose them (each training row records what actually ran)."""
+    trained = [e for e in experiments if e in TRAINED]
+    if not trained:
+        return None
+    t = config.get("train", {})
+    precision = {"float32": "float32 throughout",
+                 "tf32": "float32 storage with TensorFloat-32 matrix products on a GPU (float32 "
+                         "on a CPU)",
+                 "bf16": "bfloat16 autocast of the forward pass, float32 weights, gradients "
+                         "and optimiser"}[t.get("precision", "float32")]
+    engine = {"auto": "a CUDA graph on a GPU, eager steps on a CPU",
+              "eager": "eager steps", "graph": "a CUDA graph on a GPU (eager on a CPU)",
+              "compile": "torch.compile (captured in a CUDA graph on a GPU)"}[
+        t.get("engine", "auto")]
+    attention = {"math": "the decomposed softmax attention (bit-reproducible)",
+                 "fused": "the fused attention kernels on a GPU (decomposed on a CPU)"}[
+        t.get("attention", "math")]
+    return {"experiment": "training", "text": (
+        f"Training ({', '.join(trained)}). Precision (train.precision): {precision}. Each "
+        f"ensemble's step ran as {engine}, with {attention}. Every results row of a trained "
+        "network records the precision, engine and attention it actually ran with (columns "
+        "precision, engine, attention); per-layer metrics are measured in float32 on the CPU "
+        "whatever the training precision.")}
+
+
+def method_notes(experiments: list[str], config: dict | None = None) -> list[dict]:
     """Definitions the claims of these experiments rest on, one paragraph each (methods text:
     what a quantity means, never a finding); numbers come from the library's constants."""
     from .circle import COLLAPSE_FRACTION
@@ -173,7 +211,9 @@ def method_notes(experiments: list[str]) -> list[dict]:
             "collapse is the upper median over its start pairs, a roll-out without collapse "
             "counting as its length + 1."),
     }
-    return [{"experiment": e, "text": notes[e]} for e in experiments if e in notes]
+    out = [{"experiment": e, "text": notes[e]} for e in experiments if e in notes]
+    training = numerics_note(config or {}, experiments)
+    return out + ([training] if training else [])
 
 
 def _particles_size(p: dict) -> str:
@@ -305,7 +345,7 @@ def build(numbers: list, benchmarks: list, registry: str | os.PathLike,
         registry_hash=registry_hash(registry),
         verdict_rule=VERDICT_RULE,
         sizes=experiment_sizes(config, [s["experiment"] for s in sections]),
-        method_notes=method_notes([s["experiment"] for s in sections]),
+        method_notes=method_notes([s["experiment"] for s in sections], config),
         provenance=provenance(),
         config_yaml=yaml.safe_dump(config, sort_keys=False, width=100, default_flow_style=None),
         times=times.to_dict(orient="records"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 import random
 
 import numpy as np
@@ -18,7 +20,10 @@ def select_device(prefer: str = "auto") -> torch.device:
 
 
 def setup(threads: int, seed: int, deterministic: bool = True) -> None:
-    """Fix the thread count (it changes floating-point reduction order) and seed every RNG."""
+    """Fix the thread count (it changes floating-point reduction order) and seed every RNG.
+    Deterministic algorithms also need cuBLAS's fixed workspace on a GPU (read when cuBLAS
+    starts, so set here, before any CUDA work)."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.set_num_threads(max(1, int(threads)))
     random.seed(seed)
     np.random.seed(seed % 2**32)  # noqa: NPY002 - seeds libraries that use the global RNG
@@ -28,14 +33,35 @@ def setup(threads: int, seed: int, deterministic: bool = True) -> None:
 
 
 _HELD_GPU_LOCKS: list = []  # open lock files: the OS releases them when the process ends
+SLOT_MB = 1024  # the unit in which jobs share a GPU's memory
 
 
-def claim_gpu(lock_dir: str | None = None, poll_s: float = 1.0, timeout_s: float = 3600) -> int:
-    """Claim a free local GPU for this process and return its index (among visible GPUs).
+def gpu_capacity_mb(index: int) -> int:
+    """Total memory (MB) of visible GPU `index`."""
+    return int(torch.cuda.get_device_properties(index).total_memory // 2**20)
 
-    Snakemake counts `--resources gpu=N` but assigns no device, so N concurrent jobs would all
-    land on GPU 0. Each job takes an exclusive lock on one file per GPU instead; the lock lives
-    as long as the process (released by the OS even after SIGKILL). Waits while all are taken.
+
+def slots_needed(memory_mb: float | None, capacity_mb: int) -> tuple[int, int]:
+    """(slots a job needs, slots the GPU has) in units of SLOT_MB: the sharing rule. A job
+    needs ceil(memory / SLOT_MB) slots (at least one); one without an estimate, or whose
+    estimate exceeds the whole GPU, needs all of them (it runs alone there)."""
+    total = max(1, capacity_mb // SLOT_MB)
+    if memory_mb is None:
+        return total, total
+    return min(total, max(1, math.ceil(memory_mb / SLOT_MB))), total
+
+
+def claim_gpu(memory_mb: float | None = None, lock_dir: str | None = None, poll_s: float = 1.0,
+              timeout_s: float = 3600, capacities: list[int] | None = None) -> int:
+    """Claim room for `memory_mb` (MB; None: the whole GPU) on a local GPU for this process
+    and return its index (among visible GPUs).
+
+    Snakemake counts resources but assigns no device, so N concurrent jobs would all land on
+    GPU 0. Each GPU's memory is a row of SLOT_MB slots, one lock file each; a job takes as many
+    free slots of one GPU as its estimate needs (`slots_needed`), so several small jobs share a
+    GPU while their sum fits, and a large one waits for room. The locks live as long as the
+    process (released by the OS even after SIGKILL). Waits while no GPU has room.
+    capacities: the GPUs' memory in MB (default: measured).
     """
     import fcntl
     import os
@@ -43,32 +69,48 @@ def claim_gpu(lock_dir: str | None = None, poll_s: float = 1.0, timeout_s: float
     import time
     from pathlib import Path
 
-    count = torch.cuda.device_count()
+    count = torch.cuda.device_count() if capacities is None else len(capacities)
     if count == 0:
         raise RuntimeError("claim_gpu: no GPU is visible")
+    capacities = capacities or [gpu_capacity_mb(i) for i in range(count)]
     folder = Path(lock_dir or Path(tempfile.gettempdir()) / f"rankcollapse-gpus-{os.getuid()}")
     folder.mkdir(parents=True, exist_ok=True)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_")
     deadline = time.monotonic() + timeout_s
     while True:
         for index in range(count):
-            handle = open(folder / f"gpu{visible}-{index}.lock", "w")  # noqa: SIM115
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                handle.close()
-                continue
-            _HELD_GPU_LOCKS.append(handle)
-            return index
+            need, total = slots_needed(memory_mb, capacities[index])
+            # One claimant at a time per GPU, so that two jobs never hold half of what each
+            # needs; the mutex is held only while slots are tried.
+            with open(folder / f"gpu{visible}-{index}.mutex", "w") as mutex:  # noqa: PTH123
+                fcntl.flock(mutex, fcntl.LOCK_EX)
+                taken = []
+                for slot in range(total):
+                    handle = open(folder / f"gpu{visible}-{index}-slot{slot}.lock", "w")  # noqa: SIM115, PTH123
+                    try:
+                        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:
+                        handle.close()
+                        continue
+                    taken.append(handle)
+                    if len(taken) == need:
+                        break
+                if len(taken) == need:
+                    _HELD_GPU_LOCKS.extend(taken)
+                    return index
+                for handle in taken:  # not enough room here: give back what was taken
+                    handle.close()
         if time.monotonic() > deadline:
-            raise TimeoutError(f"claim_gpu: all {count} GPUs stayed busy for {timeout_s} s")
+            raise TimeoutError(f"claim_gpu: no GPU of {count} had room for "
+                               f"{memory_mb or 'a whole GPU'} MB for {timeout_s} s")
         time.sleep(poll_s)
 
 
-def job_device(prefer: str = "auto") -> torch.device:
-    """select_device, and on CUDA a GPU of its own for this job (claim_gpu)."""
+def job_device(prefer: str = "auto", memory_mb: float | None = None) -> torch.device:
+    """select_device, and on CUDA room on a GPU for this job (claim_gpu: `memory_mb`, the
+    job's estimate; None claims a whole GPU)."""
     device = select_device(prefer)
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", claim_gpu())
+        device = torch.device("cuda", claim_gpu(memory_mb))
         torch.cuda.set_device(device)
     return device

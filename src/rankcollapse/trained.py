@@ -87,12 +87,27 @@ def seed_interval(values, resamples: int = 1000) -> tuple[float, float, float, s
 
 def selected_settings(tuning: pd.DataFrame) -> pd.DataFrame:
     """One row per tuned arm (task, variant, depth): the selected peak_lr, warmup and
-    weight_decay, with the sweep's mean validation numbers at that setting."""
+    weight_decay, with the sweep's mean validation numbers at that setting (at the rung that
+    selected it) and the method that selected it (`tuned_by`: grid, or successive halving
+    with its rate and rungs)."""
     sel = tuning[(tuning.role == "sweep") & tuning.selected]
+    sel = sel.assign(tuned_by=sel["tuning"] if "tuning" in sel else "grid")
     return sel.groupby(["task", "variant", "depth"], as_index=False, sort=False).agg(
         peak_lr=("peak_lr", "first"), warmup=("warmup", "first"),
         weight_decay=("weight_decay", "first"), val_loss=("val_loss", "mean"),
-        val_accuracy=("val_accuracy", "mean"))
+        val_accuracy=("val_accuracy", "mean"), tuned_by=("tuned_by", "first"))
+
+
+def last_rungs(tuning: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's rows, each setting of each arm at the last rung it reached (successive
+    halving trains a setting at several rungs; the grid has one). Its numbers are then the
+    longest training that setting had."""
+    sweep = tuning[tuning.role == "sweep"]
+    if "rung" not in sweep or sweep.rung.nunique() <= 1:
+        return sweep.copy()
+    keys = ["task", "variant", "depth", "peak_lr", "warmup", "weight_decay"]
+    top = sweep.groupby(keys).rung.transform("max")
+    return sweep[sweep.rung == top].copy()
 
 
 def blank_patch_share(task_options: dict) -> float:

@@ -220,6 +220,29 @@ def ensembles(config: dict, experiments=EXPERIMENTS) -> list[Job]:
     return jobs
 
 
+# What a job holds on a GPU besides its ensembles: the CUDA context, cuBLAS's workspace and the
+# allocator's slack (a few hundred MB each on current GPUs), rounded up.
+CONTEXT_MB = 1024
+
+
+def _per_member_mb(config: dict, task: str, task_options: dict, variant: str,
+                   model_options: dict, batch: int) -> float:
+    return member_memory_mb(task, task_options, config["variants"][variant], model_options,
+                            batch)
+
+
+def job_memory_mb(config: dict, job: Job) -> int:
+    """The GPU memory (MB) a training job declares (resources: gpu_mb): its members' estimated
+    step memory (`member_memory_mb`) and CONTEXT_MB; 0 when the config uses no GPU
+    (train.gpu 0)."""
+    if not config["train"].get("gpu", 0):
+        return 0
+    group = groups(config)[job.key]
+    per = _per_member_mb(config, job.task, group.task_options, job.variant,
+                         group.model_options, group.train_options["batch"])
+    return math.ceil(len(job.members) * per + CONTEXT_MB)
+
+
 def job_params(config: dict, job: Job) -> dict:
     """Everything one training job needs (ensemble.run_job's arguments but the paths)."""
     group = groups(config)[job.key]
@@ -281,4 +304,21 @@ def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
             "sweep": {k: g[k] for k in MEMBER_FIELDS},
             "tuning_seeds": [int(s) for s in g["tuning_seeds"]],
             "final_seeds": [int(s) for s in g["seeds"]],
-            "tuning": {"method": g.get("tuning", "grid"), **g.get("halving", {})}}
+            "tuning": {"method": g.get("tuning", "grid"), **g.get("halving", {})},
+            "memory": tuned_memory(config, task, variant, depth)}
+
+
+def tuned_memory(config: dict, task: str, variant: str, depth: int) -> dict:
+    """A tuned job's memory plan: the estimate per member (MB), the budget of one ensemble
+    (`train.ensemble_memory_mb`: a sweep larger than it trains in parts, one after another)
+    and the GPU memory the job declares (resources: gpu_mb; 0 without a GPU)."""
+    g, train = config["depth_grid"], config["train"]
+    model = {**{k: train[k] for k in MODEL_KEYS}, "depth": int(depth)}
+    per = _per_member_mb(config, task, dict(config["tasks"][task]), variant, model,
+                         int(g["batch"]))
+    budget = float(train.get("ensemble_memory_mb", 4096))
+    settings = math.prod(len(sweep(g[k])) for k in MEMBER_FIELDS)
+    largest = max(len(g["tuning_seeds"]) * settings, len(g["seeds"]))
+    fit = max(1, math.floor(budget / per))
+    gpu = math.ceil(min(largest, fit) * per + CONTEXT_MB) if train.get("gpu", 0) else 0
+    return {"member_mb": per, "budget_mb": budget, "gpu_mb": gpu}

@@ -32,6 +32,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -50,6 +51,7 @@ from .ensemble import (
 from .step import autocast
 from .tasks import TaskData, make_task
 from .train import new_model
+from .trainplan import split
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +173,21 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
                   final_seeds: Sequence[int], ensemble_path: str | Path,
                   history_path: str | Path, tuning_path: str | Path, device: str = "cpu",
                   threads: int = 1, extra_columns: dict | None = None,
-                  tuning: dict | None = None) -> dict:
+                  tuning: dict | None = None, memory: dict | None = None) -> dict:
     """One tuned job of the workflow (see the module docstring). train_options: the shared
     TrainConfig fields; sweep: {lr, warmup, weight_decay}, each a number or a list; tuning:
-    {method: grid | halving, eta, rungs} (default: the grid). Returns the selected setting."""
+    {method: grid | halving, eta, rungs} (default: the grid); memory: {member_mb, budget_mb,
+    gpu_mb} (trainplan.tuned_memory): an ensemble larger than budget_mb trains in parts, one
+    after another, and the job claims gpu_mb on a GPU. Returns the selected setting."""
     if set(tuning_seeds) & set(final_seeds):
         raise ValueError(f"final seeds {sorted(final_seeds)} must be fresh: none may be a "
                          f"tuning seed {sorted(tuning_seeds)}")
     tuning = {"method": "grid", "eta": 3, "rungs": 1, **(tuning or {})}
     budgets = rung_steps(int(train_options["steps"]), tuning["method"], tuning["eta"],
                          tuning["rungs"])
+    memory = memory or {}
     runtime.setup(threads, int(final_seeds[0]))
-    dev = runtime.job_device(device)
+    dev = runtime.job_device(device, memory.get("gpu_mb") or None)
     data = make_task(task, **task_options)
     val = validation_data(data)
     metric = selection_metric(data)
@@ -190,15 +195,29 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
     out_dir = Path(ensemble_path).parent
 
     def train_team(team: list[Member], name: str, evaluate_on: TaskData):
+        """Train `team` as one ensemble, or in parts when it exceeds the memory budget."""
         settings = [member_settings(task, task_options, variant, model_options, m) for m in team]
         hashes = [io.config_hash(s) for s in settings]
-        fingerprint = io.config_hash([name, *hashes])
-        ensemble = Ensemble([new_model(data.spec, variant, model_options, m.seed).to(dev)
-                             for m in team])
-        checkpoint = out_dir / f"checkpoint_{name}.pt"
-        results = train_ensemble(ensemble, evaluate_on, team, checkpoint, fingerprint)
-        checkpoint.unlink(missing_ok=True)
-        return ensemble, results, settings, hashes
+        rows = list(range(len(team)))
+        parts = (split(rows, memory["member_mb"], memory["budget_mb"])
+                 if memory.get("member_mb") else [rows])
+        trained = SimpleNamespace(finals=[], numerics={})
+        results = []
+        for p, part in enumerate(parts):
+            label = name if len(parts) == 1 else f"{name}_part{p}"
+            fingerprint = io.config_hash([label, *(hashes[i] for i in part)])
+            ensemble = Ensemble([new_model(data.spec, variant, model_options,
+                                           team[i].seed).to(dev) for i in part])
+            checkpoint = out_dir / f"checkpoint_{label}.pt"
+            results += train_ensemble(ensemble, evaluate_on, [team[i] for i in part],
+                                      checkpoint, fingerprint)
+            checkpoint.unlink(missing_ok=True)
+            trained.finals += ensemble.finals
+            trained.numerics = ensemble.numerics
+        if len(parts) > 1:
+            log.info("%s: %d members trained in %d parts of at most %.0f MB", name, len(team),
+                     len(parts), memory["budget_mb"])
+        return trained, results, settings, hashes
 
     # 1. The sweep, evaluated on the validation split (its history's test_* are validation):
     # the grid trains every setting to the full budget; successive halving trains every setting

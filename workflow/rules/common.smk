@@ -241,6 +241,12 @@ def train_params(wildcards):
     return trainplan.job_params(config, ENSEMBLES[key])
 
 
+def train_gpu_mb(wildcards):
+    """GPU memory (MB) one training job declares: its ensemble's estimate (0 without GPU)."""
+    key = (wildcards.task, wildcards.variant, wildcards.depth, wildcards.part)
+    return trainplan.job_memory_mb(config, ENSEMBLES[key]) if key in ENSEMBLES else 0
+
+
 # E5: one tuned job per (task, variant, depth) (rankcollapse.tuning).
 TUNED = trainplan.tuned_runs(config) if "E5" in config["report"]["experiments"] else []
 TUNED_FILES = {
@@ -267,6 +273,14 @@ def tuned_params(wildcards):
             f"no tuned E5 job {key} in this config; planned: {sorted(TUNED)}"
         )
     return trainplan.tuned_params(config, *key)
+
+
+def tuned_gpu_mb(wildcards):
+    """GPU memory (MB) one tuned job declares (0 without GPU)."""
+    key = (wildcards.task, wildcards.variant, int(wildcards.depth))
+    if key not in TUNED:
+        return 0
+    return trainplan.tuned_memory(config, *key)["gpu_mb"]
 
 
 def path_tables(wildcards=None):

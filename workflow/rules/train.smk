@@ -4,6 +4,10 @@
 # recorded (flagged, with its step) and the others go on. The same job then measures every
 # member's per-layer metrics (trained and at init) on a fixed test batch in one batched pass on
 # the CPU (metrics.parquet): a few small forward passes, not worth a job of their own.
+# With train.gpu 1 every training job declares the GPU memory it needs (resources: gpu_mb,
+# rankcollapse.trainplan's estimate) and claims that much room on a local GPU (runtime.claim_gpu),
+# so several small jobs share one GPU while their sum fits: run with
+# --resources gpu_mb=<MB of all your GPUs>. The SLURM profile asks for one GPU per job instead.
 
 
 rule train:
@@ -19,7 +23,7 @@ rule train:
         "../../envs/environment.yaml"
     threads: 1
     resources:
-        gpu=config["train"]["gpu"],
+        gpu_mb=train_gpu_mb,
     params:
         job=train_params,
         device=config["device"],
@@ -46,7 +50,7 @@ rule train_tuned:
         "../../envs/environment.yaml"
     threads: 1
     resources:
-        gpu=config["train"]["gpu"],
+        gpu_mb=tuned_gpu_mb,
     params:
         job=tuned_params,
         device=config["device"],

@@ -16,6 +16,7 @@ results = run_job(
     device=snakemake.params.device,
     threads=snakemake.threads,
     extra_columns={"task": w.task, "variant": w.variant, "depth": int(w.depth)},
+    gpu_mb=snakemake.resources.gpu_mb,  # room claimed on a shared GPU
 )
 for result in results:
     logging.info("diverged=%s test accuracy=%.4f", result.diverged, result.test_accuracy)

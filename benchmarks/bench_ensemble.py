@@ -7,6 +7,8 @@ against K calls of `train.train`. Reported: the ratio of members x steps per sec
 this machine's float32 matmul rate measured in the same run, and the largest weight difference
 between a member and its single run (the equivalence the tests bound).
 
+QUICK=1 (the GPU check's CPU mode): depth 2, width 16, 4 steps, one timed repeat.
+
 FLOPs per member step are counted by torch's FlopCounterMode on one forward + backward of the
 single model (matrix products and attention; elementwise work is not counted).
 """
@@ -27,14 +29,14 @@ from rankcollapse.tasks import make_task
 from rankcollapse.train import TrainConfig, loss_and_correct, new_model, train
 
 try:
-    from common import HERE, bench_device, matmul_rate, record, synced
+    from common import HERE, QUICK, bench_device, matmul_rate, record, synced
 except ImportError:
-    from .common import HERE, bench_device, matmul_rate, record, synced
+    from .common import HERE, QUICK, bench_device, matmul_rate, record, synced
 
-STEPS = int(os.environ.get("B7_STEPS", 20))
+STEPS = int(os.environ.get("B7_STEPS", 4 if QUICK else 20))
 # K; the GPU check adds 128 (B7_SIZES=8,32,128). K = 8 is the target's.
 SIZES = tuple(int(k) for k in os.environ.get("B7_SIZES", "8,32").split(","))
-REPEATS = 3
+REPEATS = 1 if QUICK else 3
 
 
 def default_sizes() -> tuple[dict, dict, str, dict]:
@@ -49,6 +51,8 @@ def default_sizes() -> tuple[dict, dict, str, dict]:
     options = {"steps": STEPS, "batch": t["batch"], "lr": t["lr"], "warmup": t["warmup"],
                "weight_decay": t["weight_decay"], "clip": t["clip"], "checkpoint_every": 0,
                "eval_every": STEPS}
+    if QUICK:
+        model.update(width=16, heads=2, depth=2)
     variant = grid["variants"][0]
     return model, options, variant, config["variants"][variant]
 

@@ -4,6 +4,7 @@ Same width, heads, depth, sequence length and batch; forward + backward + AdamW 
 capture off (fused attention), on the CPU or on BENCH_DEVICE (the GPU check sets cuda).
 Target: ours >= 0.9x the reference's tokens/s.
 Also reports the cost of capture=True (materialised attention matrices) relative to capture off.
+QUICK=1 (the GPU check's CPU mode): width 32, 2 heads, depth 2, 16 tokens, batch 8.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from torch import nn
 from rankcollapse.model import PRESETS, build
 
 try:
-    from common import bench_device, interleaved_times, record, synced
+    from common import QUICK, bench_device, interleaved_times, record, synced
 except ImportError:  # imported as benchmarks.bench_training
-    from .common import bench_device, interleaved_times, record, synced
+    from .common import QUICK, bench_device, interleaved_times, record, synced
 
-WIDTH, HEADS, DEPTH, TOKENS, BATCH = 128, 4, 6, 64, 32
+WIDTH, HEADS, DEPTH, TOKENS, BATCH = (32, 2, 2, 16, 8) if QUICK else (128, 4, 6, 64, 32)
 
 
 def reference_stack() -> nn.Module:

@@ -20,6 +20,9 @@ HERE = Path(__file__).resolve().parent
 # Where entries are merged: benchmarks/results.json, or BENCH_RESULTS (the GPU check keeps its
 # own file, so that a GPU run never overwrites the CPU table's entries).
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or HERE / "results.json")
+# QUICK=1: the GPU check's CPU mode (what CI runs): tiny sizes and few repeats, so that every
+# benchmark it calls runs in seconds. It checks that they run, not their figures.
+QUICK = os.environ.get("QUICK", "0") not in ("", "0")
 
 
 def bench_device() -> torch.device:
@@ -52,8 +55,10 @@ def synced(fn: Callable[[], object], device: torch.device) -> Callable[[], objec
 def matmul_rate(device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False,
                 n: int | None = None, repeats: int = 10) -> float:
     """The device's matrix-product rate (FLOP/s): n x n products (8192 on a GPU, 1024 on a
-    CPU), median of `repeats` after warm-ups; tf32 allows TensorFloat-32 for float32."""
-    n = n or (8192 if device.type == "cuda" else 1024)
+    CPU, 256 in QUICK mode: a CPU without bfloat16 units takes minutes for 1024^3 in bfloat16),
+    median of `repeats` after warm-ups; tf32 allows TensorFloat-32 for float32."""
+    n = n or (8192 if device.type == "cuda" else 256 if QUICK else 1024)
+    repeats = min(repeats, 3) if QUICK else repeats
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     old = torch.backends.cuda.matmul.allow_tf32
@@ -96,6 +101,8 @@ def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 2,
 def interleaved_times(ours: Callable[[], object], reference: Callable[[], object],
                       repeats: int = 7, warmup: int = 2) -> tuple[float, float]:
     """Median seconds per call of both, measured alternately so drift hits both alike."""
+    if QUICK:
+        repeats, warmup = 1, 1
     for _ in range(warmup):
         ours()
         reference()

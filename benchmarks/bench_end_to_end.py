@@ -2,14 +2,14 @@
 
 Measured: wall and CPU time of every job of the last default run in this checkout, from
 Snakemake's `benchmark:` records (results/benchmarks/<stage>/...), summed per stage.
-Projected (not measured): paper.yaml's cost. Training (the ensemble engine): the FLOPs of every
-member step of both configs (rankcollapse.trainplan's members, a FLOP model per member step);
-the default run's measured training seconds per FLOP give paper's CPU cost, and one GPU's time
-is paper's FLOPs at the fraction of the matmul rate that B7 measured the ensemble engine
-reaching on this CPU, applied to an assumed GPU peak, or the kernel-launch bound of its steps,
-whichever is larger. Other stages: (paper's job count per rule, from a dry-run) x (mean
-measured cost of that rule's jobs) x (a work factor from the configs; 1 where no simple model
-exists), spread over 16-core nodes with perfect packing. Every assumption is in the entry.
+Projected (not measured): paper.yaml's cost. Training: the FLOPs of every member step of both
+configs (gpu_projection's FLOP model per member step over every ensemble they train); the
+default run's measured training seconds per FLOP give paper's CPU cost, and one GPU's time is
+gpu_projection's step-time model (fitted to B9's rows from a GPU when any are in the results,
+else to the H200 reference of benchmarks/gpu_reference.yaml), per experiment. Other stages:
+(paper's job count per rule, from a dry-run) x (mean measured cost of that rule's jobs) x (a
+work factor from the configs; 1 where no simple model exists), spread over 16-core nodes with
+perfect packing. Every assumption is in the entry.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
-
 try:
     from common import record
+    from gpu_projection import ensembles, load_config, projections
 except ImportError:
     from .common import record
+    from .gpu_projection import ensembles, load_config, projections
 
 ROOT = Path(__file__).resolve().parents[1]
 # Stage folder under results/benchmarks -> rule name
@@ -34,11 +34,6 @@ STAGE_RULE = {"init": "init_sweep", "train": "train", "particles": "particles",
               "realarch": "realarch", "paths": "path_accuracy", "circle": "circle",
               "notebooks": "notebook", "collect": "collect", "tuned": "train_tuned"}
 CORES_PER_NODE = 16
-# Assumptions of the GPU projection (not measured here; no GPU was available):
-GPU_PEAK_FLOPS = 19.5e12  # an A100's float32 (non-tensor-core) peak; an H100 has ~3x
-GPU_KERNEL_S = 8e-6  # launch + latency per small kernel
-KERNELS_PER_BLOCK_STEP = 70  # forward + backward kernels of one block in one ensemble step
-FALLBACK_FRACTION = 0.1  # fraction of peak if B7 has not been run
 
 
 def measured() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -55,80 +50,12 @@ def measured() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     return wall, cpu
 
 
-def member_step_flops(config: dict, group) -> float:
-    """FLOPs of one training step of one member (forward + backward ~ 3x forward): the
-    matrix products of every block, attention scores and mixing, embedding and read-out."""
-    from rankcollapse.tasks import task_spec
-
-    spec = task_spec(group.task, **group.task_options)
-    variant = config["variants"][group.variant]
-    m = group.model_options
-    d, n = m["width"], spec.tokens + (spec.readout == "class_token")
-    block = 2 * 4 * d * d + 2 * 2 * n * d  # qkv + proj; scores + mixing, per token
-    if variant["mlp"]:
-        block += 2 * 2 * d * m["mlp_ratio"] * d
-    around = 2 * spec.input_dim * d + 2 * d * spec.classes
-    return 3 * group.train_options["batch"] * n * (m["depth"] * block + around)
-
-
 def training_work(config: dict) -> dict:
-    """FLOPs and steps of all training of a config: every member of every ensemble of the
-    train rule (E2, E4, E5b) and of E5's tuned jobs (each a sweep ensemble on the tuning seeds,
-    then a final one on the fresh seeds)."""
-    from types import SimpleNamespace
-
-    from rankcollapse import trainplan
-
-    flops, steps, kernels, members, ensembles = 0.0, 0, 0.0, 0, 0
-
-    def add(group, size: int, depth: int) -> None:
-        nonlocal flops, steps, kernels, members, ensembles
-        n_steps = group.train_options["steps"]
-        flops += size * n_steps * member_step_flops(config, group)
-        steps += n_steps
-        kernels += n_steps * (KERNELS_PER_BLOCK_STEP * depth + 30)
-        members += size
-        ensembles += 1
-
-    groups = trainplan.groups(config)
-    for job in trainplan.ensembles(config):
-        add(groups[job.key], len(job.members), job.depth)
-    if "E5" in config["report"]["experiments"]:
-        for task, variant, depth in trainplan.tuned_runs(config):
-            p = trainplan.tuned_params(config, task, variant, depth)
-            group = SimpleNamespace(task=task, task_options=p["task_options"], variant=variant,
-                                    model_options=p["model_options"],
-                                    train_options=p["train_options"])
-            sweep = len(p["tuning_seeds"])
-            for values in p["sweep"].values():
-                sweep *= len(trainplan.sweep(values))
-            add(group, sweep, depth)
-            add(group, len(p["final_seeds"]), depth)
-    return {"flops": flops, "ensemble_steps": steps, "kernels": kernels, "members": members,
-            "ensembles": ensembles}
-
-
-def b7_fraction() -> tuple[float, str]:
-    """The ensemble engine's measured fraction of the matmul rate (B7, largest K), if run."""
-    import json
-
-    from common import RESULTS
-
-    if RESULTS.exists():
-        entry = json.loads(RESULTS.read_text()).get("B7_ensemble", {})
-        results = entry.get("results", {})
-        if results:
-            largest = max(results, key=lambda k: results[k]["members"])
-            return (results[largest]["ensemble_fraction_of_matmul_rate"],
-                    f"B7 {largest} on {entry['machine']['processor']} ({entry['date']})")
-    return FALLBACK_FRACTION, "assumed (B7 not run)"
-
-
-def config(name: str) -> dict:
-    base = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
-    if name != "default":
-        base.update(yaml.safe_load((ROOT / f"workflow/config/{name}.yaml").read_text()))
-    return base
+    """FLOPs of all training of a config (every ensemble gpu_projection.ensembles lists: the
+    train rule's for E2, E4, E5b and E5's tuned sweep rungs and final seeds), with counts."""
+    work = ensembles(config)
+    return {"flops": sum(e["members"] * e["steps"] * e["flops"] for e in work),
+            "members": sum(e["members"] for e in work), "ensembles": len(work)}
 
 
 def work_factor(rule: str, default: dict, paper: dict) -> float:
@@ -171,7 +98,7 @@ def run() -> dict:
     stages = {stage: {"jobs": len(v), "total_s": sum(v), "mean_s": statistics.mean(v),
                       "max_s": max(v), "cpu_s": sum(cpu[stage])}
               for stage, v in sorted(wall.items())}
-    default, paper = config("default"), config("paper")
+    default, paper = load_config("default"), load_config("paper")
     jobs = paper_jobs()
     projection = {}
     for stage, stats in stages.items():
@@ -196,10 +123,13 @@ def run() -> dict:
         projection["train"] = {"paper_jobs": work_paper["ensembles"],
                                "work_factor": work_paper["flops"] / work_default["flops"],
                                "cpu_s": train_cpu}
-    fraction, source = b7_fraction()
-    gpu_flop_bound = work_paper["flops"] / (fraction * GPU_PEAK_FLOPS)
-    gpu_launch_bound = work_paper["kernels"] * GPU_KERNEL_S
-    gpu_train = max(gpu_flop_bound, gpu_launch_bound)
+    # One GPU: every ensemble priced by the step-time model fitted to GPU measurements
+    # (gpu_projection: B9's rows from a GPU when there are any, else the H200 reference).
+    gpu = projections(paper)
+    scenarios = gpu["scenarios"]
+    measured_b9 = [name for name in scenarios if name not in ("eager", "graph", "target")]
+    best = min(measured_b9, key=lambda n: scenarios[n]["total_h"]) if measured_b9 else "graph"
+    gpu_train = scenarios[best]["total_h"] * 3600
     cpu_total = sum(p["cpu_s"] for p in projection.values())
     gpu_box = gpu_train + (cpu_total - train_cpu) / (CORES_PER_NODE / 2)
     entry = {
@@ -210,20 +140,17 @@ def run() -> dict:
         "projection": projection,
         "training": {"default": work_default, "paper": work_paper,
                      "paper_train_hours_one_gpu": gpu_train / 3600,
-                     "gpu_flop_bound_h": gpu_flop_bound / 3600,
-                     "gpu_launch_bound_h": gpu_launch_bound / 3600,
-                     "fraction_of_peak": fraction, "fraction_source": source,
-                     "target": "<= 2 h (projection)"},
+                     "paper_train_scenario": best,
+                     "gpu_scenarios": scenarios,
+                     "target": "<= 2 h on one H200 (projection)"},
         "paper_cpu_hours_on_2_cores": cpu_total / 3600,
         "paper_hours_one_gpu_workstation": gpu_box / 3600,
         "paper_hours_on_nodes": {n: cpu_total / 3600 / (n * CORES_PER_NODE / 2)
                                  for n in (1, 4, 16)},
-        "assumptions": f"GPU float32 peak {GPU_PEAK_FLOPS / 1e12:g} TFLOP/s reached at the "
-                       f"fraction the ensemble engine reaches of this CPU's matmul rate "
-                       f"({fraction:.3f}, {source}), or {GPU_KERNEL_S * 1e6:g} us per kernel x "
-                       f"{KERNELS_PER_BLOCK_STEP} kernels per block and step, whichever is "
-                       f"slower; {CORES_PER_NODE}-core nodes run {CORES_PER_NODE // 2} 2-core "
-                       "jobs at once; perfect packing; work factors from the configs",
+        "assumptions": f"GPU training: gpu_projection's step-time model, scenario {best!r} "
+                       f"({scenarios[best]['model']['source']}); job start-up and evaluation "
+                       f"left out; {CORES_PER_NODE}-core nodes run {CORES_PER_NODE // 2} "
+                       "2-core jobs at once; perfect packing; work factors from the configs",
         "met": None,
     }
     return record("B6_end_to_end", entry)

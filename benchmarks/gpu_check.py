@@ -18,7 +18,9 @@ is reported and the others go on):
    the project (`--cores 16 --resources gpu_mb=<the GPU's memory>`, report.pdf off), timed
    (target: 2 minutes);
 
-then prints the Markdown rows for benchmarks/README.md with the machine's name. Results go to
+then prints the Markdown rows for benchmarks/README.md with the machine's name, and B6's
+projection of paper.yaml's training on one GPU per experiment (gpu_projection.py, fitted to this
+run's B9 rows when it ran on a GPU). Results go to
 results/gpu_check/ (results.json, the workflow's log, table.md), never to the CPU table's
 benchmarks/results.json.
 """
@@ -153,6 +155,25 @@ def table(results: dict, info: dict, steps: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def paper_projection() -> str:
+    """B6's projection of paper.yaml's training on one GPU, per experiment, from the step-time
+    models of gpu_projection (this run's B9 rows when it ran on a GPU, else the reference)."""
+    sys.path[:0] = [str(ROOT / "src"), str(HERE)]
+    import gpu_projection
+
+    p = gpu_projection.projections(gpu_projection.load_config("paper"))
+    experiments = sorted({e for s in p["scenarios"].values() for e in s["per_experiment_h"]})
+    lines = [f"B6, paper.yaml's training on one GPU (projected: {p['ensembles']} ensembles, "
+             f"{p['flops']:.3g} FLOPs; hours per experiment):", "",
+             "| step model | " + " | ".join(experiments) + " | total | fitted to |",
+             "|---|" + "---|" * (len(experiments) + 2)]
+    for name, s in p["scenarios"].items():
+        cells = " | ".join(f"{s['per_experiment_h'].get(e, 0):.2f}" for e in experiments)
+        lines.append(f"| {name} | {cells} | **{s['total_h']:.1f} h** | "
+                     f"{s['model']['source']} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
@@ -214,7 +235,7 @@ def main() -> int:
                           OUT / "workflow.log"))
         shutil.rmtree(folder, ignore_errors=True)
     results = json.loads(results_file.read_text()) if results_file.exists() else {}
-    text = table(results, info, steps)
+    text = table(results, info, steps) + "\n\n" + paper_projection()
     (OUT / "table.md").write_text(text + "\n")
     print(text)
     print(f"gpu-check: finished in {time.monotonic() - start:.0f} s; table in "

@@ -26,3 +26,9 @@ def test_make_bench_gpu_quick_runs_every_step_and_prints_the_table():
     assert "| 2 | eager | float32 | 4 |" in table  # B9's rows, per engine and precision
     assert "| 2 | eager | bf16 | 4 |" in table
     assert "| 2 | compile | float32 | 4 |" in table
+    # B6's projection of paper.yaml per experiment (the reference step models on a CPU)
+    assert "B6, paper.yaml's training on one GPU" in out, out[-4000:]
+    b6 = out.split("B6, paper.yaml's training on one GPU")[1]
+    for row in ("| eager |", "| graph |", "| target |"):
+        assert row in b6 and " h** |" in b6.split(row)[1].splitlines()[0], b6
+

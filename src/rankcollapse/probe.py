@@ -78,6 +78,7 @@ from .specs import (
     ProbeError,
     checkpoint_config,
     probe_ablations,
+    read_text,  # noqa: F401 - part of the probe's API
 )
 from .specs import max_positions as _max_positions
 
@@ -830,22 +831,6 @@ def load_tokenizer(path: str | Path):
         return None
 
 
-def read_text(path: str | Path) -> str:
-    """A UTF-8 text file; ProbeError naming the file when it is missing, empty or not UTF-8."""
-    path = Path(path)
-    if not path.is_file():
-        raise ProbeError(f"--text {path}: no such file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ProbeError(f"--text {path}: not UTF-8 text (byte {err.start}: "
-                         f"{data[err.start:err.start + 1]!r})") from err
-    if not text.strip():
-        raise ProbeError(f"--text {path}: the file is empty")
-    return text
-
-
 def default_text() -> str:
     """The standard library's pydoc_data.topics (the Python reference manual's topics)."""
     from .tasks import text_corpus
@@ -917,22 +902,21 @@ class Target:
 
 def resolve(target: str, layers: int | None = None, width: int | None = None,
             heads: int | None = None) -> Target:
-    """A checkpoint folder (if `target` names an existing directory) or a family name, checked
+    """A family name (unless a folder of that name exists) or a checkpoint folder, checked
     without loading any weights. ProbeError names what is wrong."""
     path = Path(target).expanduser()
-    if path.exists() or target not in FAMILIES:
-        if target not in FAMILIES and not path.exists() and "/" not in target \
-                and not target.startswith("."):
-            raise ProbeError(f"{target}: no such directory, and not a family "
-                             f"({', '.join(FAMILIES)})")
-        config = checkpoint_config(path)
-        if layers is not None or width is not None or heads is not None:
-            raise ProbeError("--layers, --width and --heads resize a random-init family; "
-                             f"{target} is a checkpoint")
-        return Target(str(target), None, path, str(config.get("model_type")), config,
-                      any((path / name).exists() for name in TOKENIZER_FILES))
-    sizes = family_sizes(target, layers, width, heads)
-    return Target(target, target, None, target, sizes, False)
+    if target in FAMILIES and not path.exists():
+        return Target(target, target, None, target, family_sizes(target, layers, width, heads),
+                      False)
+    if not path.exists() and "/" not in target and not target.startswith("."):
+        raise ProbeError(f"{target}: no such directory, and not a family "
+                         f"({', '.join(FAMILIES)})")
+    config = checkpoint_config(path)
+    if layers is not None or width is not None or heads is not None:
+        raise ProbeError("--layers, --width and --heads resize a random-init family; "
+                         f"{target} is a checkpoint")
+    return Target(str(target), None, path, str(config["model_type"]), config,
+                  any((path / name).exists() for name in TOKENIZER_FILES))
 
 
 @dataclass
@@ -1235,6 +1219,7 @@ def band_text(info: dict, seeds: int) -> str:
 def figure(result: Result):
     """One panel per metric, a line per ablation, bands over seeds or sequences (caption)."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     from . import plotting
 
@@ -1243,6 +1228,8 @@ def figure(result: Result):
     floor = RESIDUAL_FLOOR[info["dtype"]] / 100
     fig, axes = plt.subplots(2, 3, figsize=(12.5, 7.2), constrained_layout=True)
     ablations = list(dict.fromkeys(table.ablation))
+    limits = {"token_similarity": (-0.02, 1.02), "mean_cosine": (-0.1, 1.02),
+              "attn_lambda2": (-0.02, 1.02)}
     for ax, (metric, title, log) in zip(axes.flat, PANELS, strict=True):
         c = curves(table, metric)
         for ablation in ablations:
@@ -1256,14 +1243,19 @@ def figure(result: Result):
                             alpha=0.18, lw=0)
         if log:
             ax.set_yscale("log")
+        if metric in limits:
+            ax.set_ylim(*limits[metric])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(title)
         ax.set_xlabel("layer")
     axes.flat[0].legend(frameon=False, loc="lower left")
     seeds = table.seed.nunique()
     weights = ("checkpoint" if info["weights"] == "checkpoint" else
                f"random init, {seeds} seed{'s' if seeds > 1 else ''}")
-    fig.suptitle(f"{info['model']} ({info['model_type']}, {weights}; {info['depth']} layers, "
-                 f"width {info['width']}) — {info['input']}", fontsize=10.5)
+    name = info["model"] if info["model"] == info["model_type"] else \
+        f"{info['model']} ({info['model_type']})"
+    fig.suptitle(f"{name}, {weights}: {info['depth']} layers, width {info['width']} — "
+                 f"{info['input']}", fontsize=10.5)
     fig.text(0.5, -0.01, f"{band_text(info, seeds)}. |λ₂|: {info['spectrum']}. Layer 0 is the "
              "input to the first layer.", ha="center", va="top", fontsize=8.5)
     return fig
@@ -1283,7 +1275,9 @@ def write(result: Result, out: str | Path, force: bool = False) -> list[Path]:
         raise ProbeError(f"{out} already holds {[p.name for p in existing]}; nothing was "
                          "overwritten (use --force, or another --out)")
     out = Path(out)
-    saved = plotting.save(figure(result), out, "probe")
+    fig = figure(result)
+    with plt_rc({"savefig.dpi": 110}):  # a small PNG: six panels need no print resolution
+        saved = plotting.save(fig, out, "probe", formats=("png", "pdf"))
     io.write_parquet(result.table, out / "layers.parquet")
     io.atomic_write(out / "layers.csv", lambda tmp: result.table.to_csv(tmp, index=False))
     record = {**result.info, "figure": {k: Path(v).name for k, v in saved.items()},
@@ -1292,6 +1286,12 @@ def write(result: Result, out: str | Path, force: bool = False) -> list[Path]:
               "verdict_rule": _verdict_rule()}
     io.write_json(json.loads(json.dumps(record, default=_jsonable)), out / "probe.json")
     return outputs(out)
+
+
+def plt_rc(settings: dict):
+    import matplotlib.pyplot as plt
+
+    return plt.rc_context(settings)
 
 
 def _jsonable(value):

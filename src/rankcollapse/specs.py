@@ -131,11 +131,13 @@ PROBE_ABLATIONS = {
     "qwen2": _PATHS,
 }
 PROBE_UNMODIFIED = ("transformer",)
+# The longest sequence each family's base configuration accepts (rankcollapse.probe.base_config;
+# a test keeps the two in step); None: relative positions only (XLNet).
+PROBE_FAMILY_POSITIONS = {"bert": 512, "albert": 512, "xlnet": None, "gpt2": 1024, "llama": 2048}
 # Config keys that bound the sequence length a model accepts (the first one present counts).
 PROBE_POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
 # The files a probe writes into its --out folder (none is overwritten without --force).
-PROBE_OUTPUTS = ("probe.png", "probe.pdf", "probe.svg", "layers.parquet", "layers.csv",
-                 "probe.json")
+PROBE_OUTPUTS = ("probe.png", "probe.pdf", "layers.parquet", "layers.csv", "probe.json")
 # Files whose presence in a checkpoint folder means it carries its tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
                    "spiece.model", "tokenizer.model")
@@ -180,3 +182,20 @@ def max_positions(config: dict) -> int | None:
         if isinstance(config.get(key), int) and config[key] > 0:
             return config[key]
     return None
+
+
+def read_text(path) -> str:
+    """A UTF-8 text file's content; ProbeError naming the file when it is missing, empty or
+    not UTF-8."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise ProbeError(f"--text {path}: no such file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ProbeError(f"--text {path}: not UTF-8 text (byte {err.start} is "
+                         f"{data[err.start:err.start + 1]!r})") from err
+    if not text.strip():
+        raise ProbeError(f"--text {path}: the file is empty")
+    return text

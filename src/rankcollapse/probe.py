@@ -1219,14 +1219,15 @@ def band_text(info: dict, seeds: int) -> str:
 def figure(result: Result):
     """One panel per metric, a line per ablation, bands over seeds or sequences (caption)."""
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
     from . import plotting
 
     plotting.use_style()
     table, info = result.table, result.info
     floor = RESIDUAL_FLOOR[info["dtype"]] / 100
-    fig, axes = plt.subplots(2, 3, figsize=(12.5, 7.2), constrained_layout=True)
+    fig, axes = plt.subplots(2, 3, figsize=(12.5, 7.2))
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.11, top=0.9, wspace=0.22, hspace=0.32)
     ablations = list(dict.fromkeys(table.ablation))
     limits = {"token_similarity": (-0.02, 1.02), "mean_cosine": (-0.1, 1.02),
               "attn_lambda2": (-0.02, 1.02)}
@@ -1241,8 +1242,11 @@ def figure(result: Result):
                     label=LABELS.get(ablation, ablation))
             ax.fill_between(a.layer, clip(a.low), clip(a.high), color=_colour(ablation),
                             alpha=0.18, lw=0)
-        if log:
+        if log:  # decades only: minor tick labels cost more to lay out than the curves
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0), numticks=7))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # no mathtext
         if metric in limits:
             ax.set_ylim(*limits[metric])
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -1256,8 +1260,8 @@ def figure(result: Result):
         f"{info['model']} ({info['model_type']})"
     fig.suptitle(f"{name}, {weights}: {info['depth']} layers, width {info['width']} — "
                  f"{info['input']}", fontsize=10.5)
-    fig.text(0.5, -0.01, f"{band_text(info, seeds)}. |λ₂|: {info['spectrum']}. Layer 0 is the "
-             "input to the first layer.", ha="center", va="top", fontsize=8.5)
+    fig.text(0.5, 0.015, f"{band_text(info, seeds)}. |λ₂|: {info['spectrum']}. Layer 0 is the "
+             "input to the first layer.", ha="center", va="bottom", fontsize=8.5)
     return fig
 
 
@@ -1277,7 +1281,7 @@ def write(result: Result, out: str | Path, force: bool = False) -> list[Path]:
     out = Path(out)
     fig = figure(result)
     with plt_rc({"savefig.dpi": 110}):  # a small PNG: six panels need no print resolution
-        saved = plotting.save(fig, out, "probe", formats=("png", "pdf"))
+        saved = plotting.save(fig, out, "probe", formats=("png", "pdf"), tight=False)
     io.write_parquet(result.table, out / "layers.parquet")
     io.atomic_write(out / "layers.csv", lambda tmp: result.table.to_csv(tmp, index=False))
     record = {**result.info, "figure": {k: Path(v).name for k, v in saved.items()},

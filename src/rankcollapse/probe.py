@@ -973,6 +973,7 @@ def run(target: Target, *, input_kind: str = "auto", text: str | None = None,
     import transformers
 
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # its loading bars; ours says the work
     started = time.perf_counter()
     allowed = probe_ablations(target.kind)
     ablations = list(ablations or allowed)

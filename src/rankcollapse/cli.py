@@ -80,10 +80,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, help="family only: number of layers")
     p.add_argument("--width", type=int, help="family only: model width (heads of 64)")
     p.add_argument("--heads", type=int, help="family only: attention heads")
-    p.add_argument("--spectrum-sequences", type=int, default=4, metavar="K",
+    p.add_argument("--spectrum-sequences", type=int, default=2, metavar="K",
                    help="|λ₂| of bidirectional attention on the first K sequences (it needs "
                    "LAPACK eigenvalues of every head's matrix; 0: all; causal models: always "
-                   "all, from the diagonal). Default 4")
+                   "all, from the diagonal). Default 2")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return top
 

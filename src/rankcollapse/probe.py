@@ -61,6 +61,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -704,19 +705,18 @@ def sequence_metrics(X: Tensor, A: Tensor | None, lengths: Tensor | None = None,
     spectrum = torch.ones(B, dtype=torch.bool)
     if spectrum_sequences is not None and not causal:
         spectrum[spectrum_sequences:] = False
-    with one_thread():
-        if bool((lengths == n).all()):
-            values = _group_metrics(X, A, full, causal, spectrum.to(X.device))
-            return {k: v.cpu().numpy() for k, v in values.items()}
-        out: dict[str, np.ndarray] = {}
-        for m in sorted(set(lengths.tolist())):
-            idx = (lengths == m).nonzero().squeeze(1)
-            part = _group_metrics(X[idx.to(X.device), :m], None if A is None else
-                                  A[idx.to(A.device), :, :m, :m], full, causal,
-                                  spectrum[idx].to(X.device))
-            for key, value in part.items():
-                out.setdefault(key, np.full(B, np.nan))[idx.numpy()] = value.cpu().numpy()
-        return out
+    if bool((lengths == n).all()):
+        values = _group_metrics(X, A, full, causal, spectrum.to(X.device))
+        return {k: v.cpu().numpy() for k, v in values.items()}
+    out: dict[str, np.ndarray] = {}
+    for m in sorted(set(lengths.tolist())):
+        idx = (lengths == m).nonzero().squeeze(1)
+        part = _group_metrics(X[idx.to(X.device), :m], None if A is None else
+                              A[idx.to(A.device), :, :m, :m], full, causal,
+                              spectrum[idx].to(X.device))
+        for key, value in part.items():
+            out.setdefault(key, np.full(B, np.nan))[idx.numpy()] = value.cpu().numpy()
+    return out
 
 
 def measure(net: nn.Module, kind: str, input_ids: Tensor,
@@ -724,13 +724,18 @@ def measure(net: nn.Module, kind: str, input_ids: Tensor,
             full: bool = True, spectrum_sequences: int | None = None,
             step: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Per-layer metrics of `net` (model type `kind`) under each ablation: one forward pass per
-    ablation on the same inputs, every layer measured as it comes out.
+    ablation on the same inputs, then every layer's metrics.
 
     input_ids (B, n); attention_mask (B, n), 1 on real tokens (right padding; None: none).
     full=False measures the two relative residuals only (E1b), without attention matrices.
     Returns one row per (ablation, sample, layer): columns ablation, sample, layer, tokens (real
     tokens of the sequence), then the metrics (RESIDUALS, or METRICS when full).
     step(ablation) is called after each ablation (a progress bar).
+
+    On the CPU the layers' metrics run on as many threads as torch had (one each: small LAPACK
+    problems, independent per layer), after the forward pass, which keeps one ablation's hidden
+    states and attention matrices meanwhile. Layer 0 (the embeddings' output, the same under
+    every ablation) is measured once.
     """
     device = _device_of(net)
     input_ids = input_ids.to(device)
@@ -743,19 +748,33 @@ def measure(net: nn.Module, kind: str, input_ids: Tensor,
     causal = bool(ARCHS[kind].causal) if kind in ARCHS else False
     tokens = (lengths if lengths is not None
               else torch.full((input_ids.shape[0],), input_ids.shape[1])).numpy()
+    workers = max(1, torch.get_num_threads()) if device.type == "cpu" else 1
+    first: tuple[Tensor, dict] | None = None  # layer 0's state and metrics
+
+    def layer_values(item: tuple) -> dict[str, np.ndarray]:
+        layer, X, A = item
+        if layer == 0 and first is not None and torch.equal(X, first[0]):
+            return first[1]
+        return sequence_metrics(X, A, lengths if attention_mask is not None else None, full,
+                                causal, spectrum_sequences)
+
     frames = []
     for ablation in ablations:
-        rows = []
-
-        def on_layer(layer: int, X: Tensor, A: Tensor | None, rows: list = rows) -> None:
-            values = sequence_metrics(X, A, lengths if attention_mask is not None else None,
-                                      full, causal, spectrum_sequences)
-            rows.append(pd.DataFrame({"sample": range(X.shape[0]), "layer": layer,
-                                      "tokens": tokens, **values}))
-
-        capture(ablate(net, kind, ablation), kind, input_ids, on_layer, attention_mask,
-                attentions=full)
-        table = pd.concat(rows, ignore_index=True)
+        captured: list[tuple] = []
+        capture(ablate(net, kind, ablation), kind, input_ids,
+                lambda layer, X, A, captured=captured: captured.append((layer, X, A)),
+                attention_mask, attentions=full)
+        with one_thread():
+            if workers > 1:
+                with ThreadPoolExecutor(workers) as pool:
+                    values = list(pool.map(layer_values, captured))
+            else:
+                values = [layer_values(item) for item in captured]
+        first = (captured[0][1], values[0])
+        del captured
+        table = pd.concat([pd.DataFrame({"sample": range(len(tokens)), "layer": layer,
+                                         "tokens": tokens, **v})
+                           for layer, v in enumerate(values)], ignore_index=True)
         table.insert(0, "ablation", ablation)
         frames.append(table)
         if step is not None:
@@ -961,7 +980,7 @@ def _progress(total: int, enabled: bool):
 def run(target: Target, *, input_kind: str = "auto", text: str | None = None,
         text_name: str | None = None, tokens: int = 128, batch: int = 16,
         seeds: int | None = None, ablations: Sequence[str] | None = None,
-        dtype: str = "float32", device: str = "cpu", spectrum_sequences: int | None = 4,
+        dtype: str = "float32", device: str = "cpu", spectrum_sequences: int | None = 2,
         progress: bool = False, log: Callable[[str], None] = lambda msg: None) -> Result:
     """Probe `target` (resolve()): every ablation, seed and layer, and the verdicts.
 
@@ -1061,7 +1080,8 @@ def run(target: Target, *, input_kind: str = "auto", text: str | None = None,
         "config_hash": io.config_hash({"settings": settings, "model": model_config}),
         "input": inputs.description, "input_source": inputs.source,
         "settings": settings, "bands": "seeds" if seeds > 1 else "sequences",
-        "spectrum": ("every sequence (causal: the diagonal)" if target.kind in ARCHS
+        "spectrum": ("every sequence (causal attention is triangular: its diagonal)"
+                     if target.kind in ARCHS
                      and ARCHS[target.kind].causal else
                      f"the first {spectrum_sequences} sequence(s)"
                      if spectrum_sequences is not None else "every sequence"),
@@ -1281,7 +1301,7 @@ def write(result: Result, out: str | Path, force: bool = False) -> list[Path]:
                          "overwritten (use --force, or another --out)")
     out = Path(out)
     fig = figure(result)
-    with plt_rc({"savefig.dpi": 110}):  # a small PNG: six panels need no print resolution
+    with plt_rc({"savefig.dpi": 100}):  # a small PNG: six panels need no print resolution
         saved = plotting.save(fig, out, "probe", formats=("png", "pdf"), tight=False)
     io.write_parquet(result.table, out / "layers.parquet")
     io.atomic_write(out / "layers.csv", lambda tmp: result.table.to_csv(tmp, index=False))

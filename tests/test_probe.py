@@ -232,6 +232,16 @@ def test_every_bad_input_is_refused_with_its_message(checkpoints, tmp_path, out_
         assert checksum(out_dir) == before, name
 
 
+def test_a_family_name_is_the_family_unless_a_checkpoint_of_that_name_is_here(
+        tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()  # an earlier --out, say: no config.json
+    args = cli.parser().parse_args(["probe", "gpt2", "--out", "o"])
+    assert cli.checked(args)["kind"] == "gpt2" and probe.resolve("gpt2").family == "gpt2"
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    assert cli.checked(args)["kind"] == "llama" and probe.resolve("gpt2").family is None
+
+
 def test_text_for_a_checkpoint_without_tokenizer(checkpoints, tmp_path, capsys):
     text = tmp_path / "t.txt"
     text.write_text("some text\n")

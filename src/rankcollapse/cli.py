@@ -95,7 +95,9 @@ def checked(args: argparse.Namespace) -> dict:
     target = args.target
     path = Path(target).expanduser()
     family = None
-    if target in PROBE_FAMILIES and not path.exists():
+    # A family's name is the family, unless a checkpoint folder of that name is here (say
+    # ./gpt2 for a folder; a folder without config.json, an earlier --out say, does not count).
+    if target in PROBE_FAMILIES and not (path / "config.json").is_file():
         family = target
         kind, config, tokenizer = target, None, False
         limit = PROBE_FAMILY_POSITIONS[target]

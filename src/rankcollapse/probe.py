@@ -921,10 +921,11 @@ class Target:
 
 def resolve(target: str, layers: int | None = None, width: int | None = None,
             heads: int | None = None) -> Target:
-    """A family name (unless a folder of that name exists) or a checkpoint folder, checked
-    without loading any weights. ProbeError names what is wrong."""
+    """A family name (unless a checkpoint folder of that name, with its config.json, is here)
+    or a checkpoint folder, checked without loading any weights. ProbeError names what is
+    wrong."""
     path = Path(target).expanduser()
-    if target in FAMILIES and not path.exists():
+    if target in FAMILIES and not (path / "config.json").is_file():
         return Target(target, target, None, target, family_sizes(target, layers, width, heads),
                       False)
     if not path.exists() and "/" not in target and not target.startswith("."):

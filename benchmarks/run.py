@@ -28,6 +28,7 @@ SUITE = {
     "B7_ensemble": ("bench_ensemble", "ratio", "K=8 ensemble vs one after another"),
     "B8_run_time": ("bench_run_time", "wall_s", "default run's workflow wall time (s)"),
     "B9_gpu_step": ("bench_gpu_step", "best_fraction", "deepest arm, best share of fp32 rate"),
+    "B10_probe": ("bench_probe", "wall_s", "rankcollapse probe, BERT-base, 5 ablations (s)"),
 }
 
 

@@ -82,6 +82,15 @@ BAD_CONFIGS = [
      "halving: {eta: 3, rungs: 5}}\n", ["depth_grid.halving", "81 steps", "is 20"]),
     ("heads_outside_the_theorem", "particles: {homogenization: {heads_exponent: 0.5}}\n",
      ["particles.homogenization.heads_exponent", "maximum"]),
+    # E1b's pretrained checkpoints are checked when the workflow is planned, not in their job.
+    ("missing_checkpoint", "realarch: {checkpoints: {bert: /no/such/bert-base}}\n",
+     ["realarch.checkpoints.bert", "/no/such/bert-base", "no such directory"]),
+    ("checkpoint_without_config_json",
+     f"realarch: {{checkpoints: {{albert: '{ROOT / 'workflow' / 'schemas'}'}}}}\n",
+     ["realarch.checkpoints.albert", "no config.json"]),
+    ("checkpoint_of_another_model",
+     f"realarch: {{checkpoints: {{xlnet: '{ROOT / 'tests' / 'data' / 'gpt2_config'}'}}}}\n",
+     ["realarch.checkpoints.xlnet", "'gpt2' model", "not 'xlnet'"]),
 ]
 
 

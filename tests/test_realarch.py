@@ -56,7 +56,7 @@ def test_ablated_module_tree(model, ablation):
     skip, ffn = realarch.ABLATIONS[ablation]
     names = dict(ablated.named_modules())
     wrappers = {type(m).__name__ for m in names.values()}
-    no_skip = {"BertSelfOutputNoSkip", "AlbertAttentionAblated", "XLNetAttentionNoSkip"}
+    no_skip = {"BertSelfOutputAblated", "AlbertAttentionAblated", "XLNetAttentionAblated"}
     assert bool(no_skip & wrappers) == (not skip)
     # The attention's LayerNorm survives the skip's removal.
     attn_norms = [n for n, m in names.items() if isinstance(m, nn.LayerNorm)

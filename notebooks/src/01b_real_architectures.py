@@ -18,9 +18,11 @@
 # ids per seed (the paper: 32 × 128 through one network), and — as a second input, first seed only — text that ships with scikit-learn (its data
 # sets' descriptions), split into words and punctuation.
 #
-# **Only the random-init half of the figure is reproduced**: pretrained weights cannot be fetched
-# here. The workflow accepts local checkpoint directories (`realarch.checkpoints`) for a user who
-# has them; their rows carry `weights = pretrained`.
+# **The pretrained half** needs weights, which are never downloaded here: a user who has them
+# names a local checkpoint folder per model (`realarch.checkpoints`, checked when the workflow is
+# planned); its rows carry `weights = pretrained` and are drawn in a second figure below (one
+# network per model: bands over sequences). Without checkpoints only the random-init half is
+# measured. The measurement is `rankcollapse.probe`'s, the one behind `rankcollapse probe`.
 
 # %% tags=["parameters"]
 experiment = "E1b"
@@ -105,6 +107,47 @@ fig.legend(legend.values(), legend.keys(), loc="outside lower center", ncol=6, f
 fig_curves = plotting.save(fig, figures_dir, "real_architectures")
 
 # %% [markdown]
+# ## Pretrained checkpoints
+# Drawn only when the run has `realarch.checkpoints`: each model's one pretrained network, mean
+# ± std over its sequences (solid: random ids; dashed: the packaged text).
+
+# %%
+pretrained = table[table.weights == "pretrained"]
+PRETRAINED = [m for m in ("bert", "albert", "xlnet") if m in set(pretrained.model)]
+pretrained_figures = []
+if PRETRAINED:
+    fig, axes = plt.subplots(1, len(PRETRAINED), figsize=(4.2 * len(PRETRAINED), 3.9),
+                             sharey=True, constrained_layout=True, squeeze=False)
+    for ax, model in zip(axes[0], PRETRAINED, strict=True):
+        m = pretrained[pretrained.model == model]
+        for ablation in ABLATIONS + ["san_skip_2021"]:
+            for kind, ls in (("random", "-"), ("text", "--")):
+                t = m[(m.ablation == ablation) & (m.input == kind)]
+                if t.empty:
+                    continue
+                mean, std = curve(t)
+                ax.plot(mean.index, mean.clip(lower=FLOOR), color=COLORS[ablation], ls=ls,
+                        lw=1.8 if kind == "random" else 1.1, marker="o" if kind == "random"
+                        else None, ms=3, label=LABELS[ablation] if kind == "random" else None)
+                if kind == "random":
+                    ax.fill_between(mean.index, (mean - std).clip(lower=FLOOR), mean + std,
+                                    color=COLORS[ablation], alpha=0.18, lw=0)
+        ax.set_yscale("log")
+        ax.set_ylim(FLOOR / 2, 2)
+        ax.set_xlabel("layer")
+        ax.set_title(f"{NAMES[model]} (pretrained)")
+    axes[0][0].set_ylabel("relative residual (composite ℓ1,∞ norm)")
+    axes[0][0].legend(frameon=False, fontsize=8)
+    pretrained_figures = [{"name": "real_architectures_pretrained",
+                           **plotting.save(fig, figures_dir, "real_architectures_pretrained"),
+                           "caption": "Relative residual (composite ℓ1,∞ norm) of every layer of "
+                           "the pretrained checkpoints given in realarch.checkpoints ("
+                           + ", ".join(NAMES[m] for m in PRETRAINED) + "), for the path "
+                           "ablations: one network per model, mean ± std over its random-token "
+                           "sequences (solid) and the packaged text (dashed). Compare the "
+                           "paper's Fig. 2, pretrained half."}]
+
+# %% [markdown]
 # ## Layer-12 values next to the paper's
 # The paper's values are read off its random-init curves (one seed, real text, approximate).
 
@@ -135,9 +178,9 @@ def estimate(model, ablation, layer, kind="random"):
     return float(v.mean()), (float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
 
 
-def seq_stats(model, ablation, layer, kind):
-    v = init[(init.model == model) & (init.ablation == ablation) & (init.layer == layer)
-             & (init.input == kind)][METRIC]
+def seq_stats(model, ablation, layer, kind, rows=init):
+    v = rows[(rows.model == model) & (rows.ablation == ablation) & (rows.layer == layer)
+             & (rows.input == kind)][METRIC]
     return "–" if v.empty else f"{v.mean():.3g} ± {v.std():.2g}"
 
 
@@ -152,6 +195,9 @@ for model in MODELS:
             "ours, layer 1 (random)": seq_stats(model, ablation, 1, "random"),
             f"ours, layer {L} (random)": seq_stats(model, ablation, L, "random"),
             f"ours, layer {L} (text)": seq_stats(model, ablation, L, "text"),
+            **({f"pretrained, layer {L} (random)": seq_stats(model, ablation, L, "random",
+                                                             pretrained)}
+               if PRETRAINED else {}),
             "paper (init)": "–" if paper is None else
             (f"≈{paper:g} at layer 1, then ≈0" if layer == 1 else f"≈{paper:g} at layer {layer}"),
         })
@@ -186,8 +232,11 @@ description = (
     "over seeds: " + "; ".join(summary_parts) + ". ALBERT's SAN + skip is also measured ablated as "
     "the 2021 code did (its feed-forward maps replaced by identities, which leaves "
     "LN(gelu(a) + a) in every layer). Dashed curves: the packaged text (scikit-learn's data set "
-    "descriptions). Only the random-init half of Fig. 2 is measured: no pretrained weights are "
-    "available here."
+    "descriptions). "
+    + (f"Pretrained checkpoints (realarch.checkpoints): {', '.join(NAMES[m] for m in PRETRAINED)}"
+       ", one network each, in their own figure."
+       if PRETRAINED else "Only the random-init half of Fig. 2 is measured: no pretrained "
+       "checkpoints were given (realarch.checkpoints).")
 )
 print(description)
 io.write_json(section(
@@ -199,7 +248,8 @@ io.write_json(section(
               f"path ablations: mean ± std over {shape['batch']} random-token sequences per "
               f"seed and all {len(seeds)} seeds (solid), "
               "the packaged text (dashed, first seed) and, for ALBERT, SAN + skip ablated as in "
-              "the original code (dotted). Log scale; compare the paper's Fig. 2, init half."}],
+              "the original code (dotted). Log scale; compare the paper's Fig. 2, init half."}]
+    + pretrained_figures,
     tables=[{"caption": "Our residuals (mean ± std over sequences and seeds) next to the "
              "paper's, read off its random-init curves.", "html": table_html}],
     measurements=measurements,

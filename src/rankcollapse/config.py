@@ -99,11 +99,36 @@ def check_config(config: dict) -> None:
         )
     problems += _training_problems(config, defined)
     problems += _paths_problems(config, defined)
+    problems += _realarch_problems(config.get("realarch", {}))
     from .homogenized_plan import config_problems  # E6's cross-field checks live with its plan
 
     problems += config_problems(config.get("particles", {}))
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def _realarch_problems(realarch: dict) -> list[str]:
+    """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type
+    (what save_pretrained writes), for a model that the run measures. Checked here, when the
+    workflow is planned, rather than inside the job that would load it."""
+    from .specs import ProbeError, checkpoint_config
+
+    problems = []
+    models = realarch.get("models", [])
+    for model, path in (realarch.get("checkpoints") or {}).items():
+        key = f"realarch.checkpoints.{model}"
+        try:
+            found = checkpoint_config(path)["model_type"]
+        except ProbeError as err:
+            problems.append(f"{key}: {err}")
+            continue
+        if found != model:
+            problems.append(f"{key}: {path} holds a {found!r} model (its config.json's "
+                            f"model_type), not {model!r}")
+        if models and model not in models:
+            problems.append(f"{key}: {model!r} is not in realarch.models {models}, so its "
+                            "checkpoint would never be measured")
+    return problems
 
 
 def _training_problems(config: dict, defined: list[str]) -> list[str]:

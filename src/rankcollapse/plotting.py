@@ -75,15 +75,21 @@ def use_style() -> None:
     })
 
 
-def save(fig, directory: str | os.PathLike, name: str) -> dict[str, str]:
+def save(fig, directory: str | os.PathLike, name: str,
+         formats: tuple[str, ...] = ("png", "pdf", "svg"), tight: bool = True) -> dict[str, str]:
     """Write fig as PNG (for HTML), vector PDF (stand-alone) and SVG (vector, for the PDF report:
-    WeasyPrint embeds SVG but not PDF images), without timestamps, so files are byte-stable."""
+    WeasyPrint embeds SVG but not PDF images), without timestamps, so files are byte-stable.
+    `formats` picks some of them (the probe writes PNG and PDF); tight=False keeps the figure's
+    own margins (no second layout pass: the probe's figure is drawn in half the time)."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    png, pdf, svg = (directory / f"{name}.{ext}" for ext in ("png", "pdf", "svg"))
-    fig.savefig(png, bbox_inches="tight", metadata={"Software": None})
-    fig.savefig(pdf, bbox_inches="tight",
-                metadata={"Creator": None, "Producer": None, "CreationDate": None})
-    fig.savefig(svg, bbox_inches="tight", metadata={"Creator": None, "Date": None})
+    metadata = {"png": {"Software": None},
+                "pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+                "svg": {"Creator": None, "Date": None}}
+    out = {}
+    for ext in formats:
+        path = directory / f"{name}.{ext}"
+        fig.savefig(path, bbox_inches="tight" if tight else None, metadata=metadata[ext])
+        out[ext] = str(path)
     plt.close(fig)
-    return {"png": str(png), "pdf": str(pdf), "svg": str(svg)}
+    return out

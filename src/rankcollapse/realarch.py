@@ -10,17 +10,20 @@ and the feed-forward block removed or kept:
     transformer  the unmodified model
 
 Models are built from explicit base-size configurations with Hugging Face `transformers`, so
-nothing is downloaded (a local checkpoint directory can be given for pretrained weights). An
-ablation swaps named submodules for the small wrappers below; the library's code is not edited.
+nothing is downloaded (a local checkpoint directory can be given for pretrained weights).
 "Removing the feed-forward block" drops the whole sublayer (its residual and LayerNorm too), as
 in the original code for BERT and XLNet; "removing the skip" keeps the LayerNorm: LN(h + a)
 becomes LN(a).
+
+The models, the ablations and the per-layer measurement are the probe's (rankcollapse.probe,
+also behind `rankcollapse probe`); this module holds what is E1b's own: its models and
+ablations, its inputs (random ids and scikit-learn's texts) and its table. Rules
+workflow/rules/realarch.smk, notebook notebooks/src/01b_real_architectures.py, claims
+claims/e1b.py, config block `realarch`.
 """
 
 from __future__ import annotations
 
-import copy
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,50 +31,31 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from .metrics import relative_residuals
+from . import probe
+from .probe import (  # noqa: F401 - E1b's names for the probe's parts
+    FIRST_ID,
+    AlbertAttentionAblated,
+    AlbertLayerAttentionOnly,
+    BertSelfOutputAblated,
+    FeedForwardRemoved,
+    XLNetAttentionAblated,
+    base_config,
+)
 
 MODELS = ("bert", "albert", "xlnet")
 ABLATIONS = {  # name: (attention skip kept, feed-forward kept)
-    "san": (False, False),
-    "san_mlp": (False, True),
-    "san_skip": (True, False),
-    "transformer": (True, True),
-    # ALBERT as the 2021 code ablated it: ffn and ffn_output set to Identity, so the layer still
-    # applies LN(gelu(a) + a) to the attention output a. For BERT and XLNet that code removed
-    # the block cleanly (= san_skip), so this ablation exists for ALBERT only.
-    "san_skip_2021": (True, False),
+    name: probe.ABLATIONS[name][:2]
+    for name in ("san", "san_mlp", "san_skip", "transformer", "san_skip_2021")
 }
+# ALBERT as the 2021 code ablated it (probe.ablate): for BERT and XLNet that code removed the
+# block cleanly (= san_skip), so this ablation exists for ALBERT only.
 ALBERT_ONLY = {"san_skip_2021"}
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
-FIRST_ID = 1000  # input ids start here: clear of padding (zero embedding row) and special tokens
+DTYPES = probe.DTYPES
 
 
-def base_config(model: str):
-    """The base-size configuration of `model` (BERT-base-cased, ALBERT-base-v2, XLNet-base-cased).
-
-    Set explicitly: transformers' default AlbertConfig is xxlarge and XLNetConfig is large.
-    Values are those of the published checkpoints' config.json files.
-    """
-    import transformers
-
-    common = {"attn_implementation": "eager"}  # plain softmax attention, as the 2021 code ran
-    if model == "bert":
-        return transformers.BertConfig(
-            vocab_size=28996, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-            intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
-            type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12, **common)
-    if model == "albert":
-        return transformers.AlbertConfig(
-            vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
-            num_attention_heads=12, intermediate_size=3072, num_hidden_groups=1,
-            inner_group_num=1, hidden_act="gelu_new", max_position_embeddings=512,
-            type_vocab_size=2, initializer_range=0.02, layer_norm_eps=1e-12, **common)
-    if model == "xlnet":
-        return transformers.XLNetConfig(
-            vocab_size=32000, d_model=768, n_layer=12, n_head=12, d_inner=3072,
-            ff_activation="gelu", untie_r=True, attn_type="bi", initializer_range=0.02,
-            layer_norm_eps=1e-12, mem_len=None, **common)
-    raise ValueError(f"model={model!r}: allowed values are {list(MODELS)}")
+def _check_model(model: str) -> None:
+    if model not in MODELS:
+        raise ValueError(f"model={model!r}: allowed values are {list(MODELS)}")
 
 
 def build(model: str, seed: int = 0, checkpoint: str | Path | None = None,
@@ -81,209 +65,43 @@ def build(model: str, seed: int = 0, checkpoint: str | Path | None = None,
     checkpoint: a local directory written by `save_pretrained` (pretrained weights); nothing is
     ever fetched from the network. config_overrides: e.g. smaller sizes for tests.
     """
-    import transformers
-
-    classes = {"bert": transformers.BertModel, "albert": transformers.AlbertModel,
-               "xlnet": transformers.XLNetModel}
-    if model not in classes:
-        raise ValueError(f"model={model!r}: allowed values are {list(MODELS)}")
+    _check_model(model)
     if checkpoint is not None:
-        net = classes[model].from_pretrained(str(checkpoint), local_files_only=True,
-                                             attn_implementation="eager")
-    else:
-        config = base_config(model)
-        for key, value in (config_overrides or {}).items():
-            setattr(config, key, value)
-        torch.manual_seed(seed)
-        net = classes[model](config)
-    return net.eval()
-
-
-# ---- wrappers ------------------------------------------------------------------------------
-
-
-class BertSelfOutputNoSkip(nn.Module):
-    """BertSelfOutput without the residual: LN(dropout(dense(a))) instead of LN(... + h)."""
-
-    def __init__(self, original: nn.Module):
-        super().__init__()
-        self.original = original
-
-    def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:
-        o = self.original
-        return o.LayerNorm(o.dropout(o.dense(hidden_states)))
-
-
-class FeedForwardRemoved(nn.Module):
-    """Stands in for BertOutput: the layer's output is the attention sublayer's output."""
-
-    def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:
-        return input_tensor
-
-
-class AlbertAttentionAblated(nn.Module):
-    """AlbertAttention recomputed from the original's weights, with or without the skip.
-
-    ALBERT adds the residual inside its attention module, so it cannot be dropped by swapping a
-    smaller part; with skip=True this reproduces AlbertAttention exactly (tested).
-    """
-
-    def __init__(self, original: nn.Module, skip: bool):
-        super().__init__()
-        self.original = original
-        self.skip = skip
-
-    def forward(self, hidden_states: Tensor, attention_mask: Tensor | None = None,
-                **kwargs) -> tuple[Tensor, Tensor]:
-        o = self.original
-        B, n, _ = hidden_states.shape
-        heads = lambda x: x.view(B, n, -1, o.attention_head_size).transpose(1, 2)  # noqa: E731
-        q, k = heads(o.query(hidden_states)), heads(o.key(hidden_states))  # (B, H, n, head)
-        v = heads(o.value(hidden_states))
-        scores = (q @ k.transpose(-1, -2)) * o.scaling  # (B, H, n, n)
-        if attention_mask is not None:
-            if attention_mask.dtype == torch.bool:
-                scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-            else:
-                scores = scores + attention_mask
-        probs = torch.softmax(scores, dim=-1)
-        context = (probs @ v).transpose(1, 2).reshape(B, n, -1)  # (B, n, H * head)
-        out = o.output_dropout(o.dense(context))
-        return o.LayerNorm(hidden_states + out if self.skip else out), probs
-
-
-class AlbertLayerAttentionOnly(nn.Module):
-    """AlbertLayer without its feed-forward block (and without that block's LayerNorm)."""
-
-    def __init__(self, original: nn.Module):
-        super().__init__()
-        self.attention = original.attention  # the feed-forward weights are left behind
-
-    def forward(self, hidden_states: Tensor, attention_mask: Tensor | None = None,
-                **kwargs) -> Tensor:
-        return self.attention(hidden_states, attention_mask, **kwargs)[0]
-
-
-class XLNetAttentionNoSkip(nn.Module):
-    """XLNetRelativeAttention's content stream without the residual in post_attention.
-
-    Only the plain encoder use (no query stream g, no memory) is supported.
-    """
-
-    def __init__(self, original: nn.Module):
-        super().__init__()
-        self.original = original
-
-    def forward(self, h, g, attn_mask_h, attn_mask_g, r, seg_mat, mems=None,
-                target_mapping=None, output_attentions=False):
-        if g is not None or mems is not None:
-            raise NotImplementedError("the no-skip XLNet attention supports h only, no mems")
-        o = self.original
-        q = torch.einsum("ibh,hnd->ibnd", h, o.q)  # (n, B, H, head)
-        k = torch.einsum("ibh,hnd->ibnd", h, o.k)
-        v = torch.einsum("ibh,hnd->ibnd", h, o.v)
-        k_r = torch.einsum("ibh,hnd->ibnd", r.type(o.r.dtype), o.r)
-        attn_vec = o.rel_attn_core(q, k, v, k_r, seg_mat=seg_mat, attn_mask=attn_mask_h)
-        return o.post_attention(h, attn_vec, residual=False), None
+        net = probe.load(checkpoint)
+        if probe.model_type(net) != model:
+            raise ValueError(f"checkpoint {checkpoint} holds a {probe.model_type(net)} model, "
+                             f"not {model}")
+        return net
+    config = base_config(model)
+    for key, value in (config_overrides or {}).items():
+        setattr(config, key, value)
+    return probe.build(model, seed, config)
 
 
 def ablate(net: nn.Module, model: str, ablation: str) -> nn.Module:
     """A copy of `net` with the attention skip and/or the feed-forward block removed."""
     if ablation not in ABLATIONS:
         raise ValueError(f"ablation={ablation!r}: allowed values are {list(ABLATIONS)}")
-    skip, ffn = ABLATIONS[ablation]
     if ablation in ALBERT_ONLY and model != "albert":
         raise ValueError(f"ablation {ablation!r} exists for ALBERT only")
-    # Copy the module tree but share the weights (only read here): a deep copy of base-size
-    # weights per ablation costs more than the wrappers do.
-    net = copy.deepcopy(net, memo={id(t): t for t in (*net.parameters(), *net.buffers())})
-    if model == "bert":
-        for layer in net.encoder.layer:
-            if not skip:
-                layer.attention.output = BertSelfOutputNoSkip(layer.attention.output)
-            if not ffn:
-                layer.intermediate = nn.Identity()
-                layer.output = FeedForwardRemoved()
-    elif model == "albert":
-        for group in net.encoder.albert_layer_groups:
-            for i, layer in enumerate(group.albert_layers):  # shared across depth
-                if not skip:
-                    layer.attention = AlbertAttentionAblated(layer.attention, skip=False)
-                if ablation == "san_skip_2021":
-                    layer.ffn, layer.ffn_output = nn.Identity(), nn.Identity()
-                elif not ffn:
-                    group.albert_layers[i] = AlbertLayerAttentionOnly(layer)
-    elif model == "xlnet":
-        for layer in net.layer:
-            if not skip:
-                layer.rel_attn = XLNetAttentionNoSkip(layer.rel_attn)
-            if not ffn:
-                layer.ff = nn.Identity()
-    else:
-        raise ValueError(f"model={model!r}: allowed values are {list(MODELS)}")
-    return net
+    _check_model(model)
+    return probe.ablate(net, model, ablation)
 
 
-# ---- capture -------------------------------------------------------------------------------
-
-
-def _layer_slots(net: nn.Module, model: str) -> tuple[list[nn.Module], int]:
-    """The modules applied as layers (each once, ALBERT's shared one too) and the depth."""
-    if model == "bert":
-        return list(net.encoder.layer), len(net.encoder.layer)
-    if model == "albert":
-        layers = [m for g in net.encoder.albert_layer_groups for m in g.albert_layers]
-        return layers, net.config.num_hidden_layers
-    if model == "xlnet":
-        return list(net.layer), len(net.layer)
-    raise ValueError(f"model={model!r}: allowed values are {list(MODELS)}")
-
-
-@torch.no_grad()
 def hidden_states(net: nn.Module, model: str, input_ids: Tensor) -> list[Tensor]:
     """Every layer's hidden state, [layer 0 (input to the first layer), ..., layer L].
 
-    Each is (batch, tokens, width). Forward hooks record the layers in call order, so ALBERT's
-    one shared layer gives all its applications; XLNet's (tokens, batch, width) is transposed.
+    Each is (batch, tokens, width); ALBERT's one shared layer gives all its applications.
     """
-    slots, depth = _layer_slots(net, model)
-    states: list[Tensor] = []
-
-    def first(x) -> Tensor:
-        x = x[0] if isinstance(x, tuple) else x
-        return x.transpose(0, 1) if model == "xlnet" else x
-
-    def pre_hook(module, args, kwargs):
-        if not states:
-            states.append(first(args[0] if args else next(iter(kwargs.values()))))
-
-    def hook(module, args, output):
-        states.append(first(output))
-
-    handles = []
-    for module in dict.fromkeys(slots):  # unique, in order
-        handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        handles.append(module.register_forward_hook(hook))
-    try:
-        net(input_ids=input_ids)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if len(states) != depth + 1:
-        raise RuntimeError(f"captured {len(states)} states, expected {depth + 1}")
-    return states
+    _check_model(model)
+    return probe.hidden_states(net, model, input_ids)
 
 
 def residual_table(states: list[Tensor]) -> pd.DataFrame:
     """One row per (sample, layer): the relative residual, composite (as plotted) and Frobenius."""
-    rows = []
-    for layer, X in enumerate(states):
-        X = X.double()  # metrics in float64 whatever the forward pass ran in
-        r = relative_residuals(X)
-        rows.append(pd.DataFrame({
-            "sample": range(X.shape[0]), "layer": layer,
-            "relative_residual_comp": r["comp"].numpy(), "relative_residual": r["fro"].numpy(),
-        }))
+    rows = [pd.DataFrame({"sample": range(X.shape[0]), "layer": layer,
+                          **probe.sequence_metrics(X, None, full=False)})  # in float64
+            for layer, X in enumerate(states)]
     return pd.concat(rows, ignore_index=True)
 
 
@@ -292,8 +110,7 @@ def residual_table(states: list[Tensor]) -> pd.DataFrame:
 
 def random_ids(batch: int, tokens: int, vocab_size: int, seed: int) -> Tensor:
     """(batch, tokens) token ids uniform in [FIRST_ID, vocab_size), from their own generator."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(FIRST_ID, vocab_size, (batch, tokens), generator=gen)
+    return probe.random_ids(batch, tokens, vocab_size, seed, FIRST_ID)
 
 
 def package_text() -> str:
@@ -311,14 +128,13 @@ def text_ids(text: str, batch: int, tokens: int, vocab_size: int) -> Tensor:
     are i.i.d., so which id a word gets does not matter, only which tokens repeat: ids are given
     in order of first appearance from FIRST_ID on.
     """
-    words = re.findall(r"\w+|[^\w\s]", text)
-    vocab: dict[str, int] = {}
-    ids = [vocab.setdefault(w, FIRST_ID + len(vocab)) for w in words]
     need = batch * tokens
+    ids = probe.word_ids(text, vocab_size=10**12)
     if len(ids) < need:
         raise ValueError(f"text has {len(ids)} tokens, {need} needed")
-    if FIRST_ID + len(vocab) > vocab_size:
-        raise ValueError(f"text has {len(vocab)} distinct tokens, more than the vocabulary")
+    if max(ids) >= vocab_size:
+        raise ValueError(f"text has {max(ids) - FIRST_ID + 1} distinct tokens, more than the "
+                         "vocabulary")
     return torch.tensor(ids[:need]).view(batch, tokens)
 
 
@@ -351,8 +167,9 @@ def run(model: str, seed: int, inputs: list[str], ablations: list[str], batch: i
         for ablation in ablations:
             if ablation in ALBERT_ONLY and model != "albert":
                 continue
-            table = residual_table(hidden_states(ablate(net, model, ablation), model, ids))
-            table.insert(0, "ablation", ablation)
+            # The probe's measurement, residuals only (E1b reads no attention matrices).
+            table = probe.measure(net, model, ids, ablations=[ablation], full=False)
+            table = table[["ablation", "sample", "layer", *probe.RESIDUALS]]
             table.insert(0, "input", kind)
             frames.append(table)
             last = table[table.layer == table.layer.max()].relative_residual_comp.mean()

@@ -33,11 +33,18 @@ def measure(table: pd.DataFrame, value: str, floor: float, max_residual: float,
         if t.empty:
             out.append(not_testable(cid, f"variant {variant} is not in this run's sweep"))
             continue
-        pairs = exponent_pairs(t, value, floor, max_residual)
-        per_sequence = pairs.groupby(["seed", "sample"]).size()
-        note = (f"{variant}: {len(pairs)} layer transitions of {len(per_sequence)} sequences "
-                f"(at most {per_sequence.max() if len(per_sequence) else 0} per sequence) with "
-                f"{floor:g} ≤ r and r_l ≤ {max_residual:g}")
-        out.append(over_runs(cid, exponent_units(t, value, floor, max_residual), exponent_of,
-                             resamples, note=note))
+        out.append(measure_exponent(cid, t, value, floor, max_residual, resamples, variant))
     return out
+
+
+def measure_exponent(cid: str, table: pd.DataFrame, value: str, floor: float,
+                     max_residual: float, resamples: int, what: str) -> Measurement:
+    """The collapse exponent k of one network kind (`what`, named in the note) over its seeds:
+    table has columns seed, sample, layer and `value`. Also used by rankcollapse.probe."""
+    pairs = exponent_pairs(table, value, floor, max_residual)
+    per_sequence = pairs.groupby(["seed", "sample"]).size()
+    note = (f"{what}: {len(pairs)} layer transitions of {len(per_sequence)} sequences "
+            f"(at most {per_sequence.max() if len(per_sequence) else 0} per sequence) with "
+            f"{floor:g} ≤ r and r_l ≤ {max_residual:g}")
+    return over_runs(cid, exponent_units(table, value, floor, max_residual), exponent_of,
+                     resamples, note=note)

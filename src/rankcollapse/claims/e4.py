@@ -56,6 +56,14 @@ def fit_statistic(key: str, floor: float):
     return lambda units: _fits(units, floor)[key]
 
 
+def measure_escalation(cid: str, table: pd.DataFrame, key: str, floor: float, resamples: int,
+                       note: str = "") -> Measurement:
+    """A fit of the seed-mean t_sim per layer (`key`: rho, log_r2, ...; trained.escalation_fits)
+    over whole seeds: table has columns seed, layer, token_similarity. Also used by
+    rankcollapse.probe."""
+    return over_runs(cid, _seed_means(table), fit_statistic(key, floor), resamples, note=note)
+
+
 def reading_gap(units: list[tuple]) -> float:
     """R²(log t_div) − R²(t_sim linear) of the seeds' per-layer mean t_sim."""
     f = _fits(units, 1e-12)
@@ -94,8 +102,8 @@ def measure(views: dict[str, pd.DataFrame], floors: dict[str, float], blank_shar
         if t.token_similarity.notna().sum() == 0:
             out.append(not_testable(cid, f"{variant} not measured ({view})"))
             continue
-        out.append(over_runs(cid, _seed_means(t), fit_statistic(key, floors[view]), resamples,
-                             note=f"{variant}, {view}"))
+        out.append(measure_escalation(cid, t, key, floors[view], resamples,
+                                      note=f"{variant}, {view}"))
     t = views["init_gaussian"]
     t = t[t.variant == "post_ln"]
     out.append(over_runs("E4.which_reading", _seed_means(t), reading_gap, resamples)

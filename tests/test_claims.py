@@ -282,6 +282,20 @@ def judged_rows(paper_verdict: str, diagnostics: dict[str, tuple[str, str, bool]
     ("not reproduced", {"E1.a": ("setup", "reproduced", True),
                         "E1.b": ("paper", "reproduced", False)}, "open", ["E1.a", "E1.b"]),
     ("not reproduced", {}, "open", []),
+    ("not reproduced", {"E1.a": ("reference", "reproduced", False),
+                        "E1.b": ("setup", "not reproduced", False)},
+     "the original code misses it too", ["E1.a"]),
+    ("partly", {"E1.a": ("reference", "reproduced", False),
+                "E1.b": ("paper", "reproduced", True)},
+     "contradicted by a derivation and a measurement", ["E1.b", "E1.a"]),
+    ("not reproduced", {"E1.a": ("reference", "reproduced", False),
+                        "E1.b": ("setup", "reproduced", False)},
+     "differs with our set-up", ["E1.b", "E1.a"]),
+    ("not reproduced", {"E1.a": ("reference", "reproduced", False),
+                        "E1.b": ("setup", "reproduced", False),
+                        "E1.c": ("paper", "reproduced", False)}, "open", ["E1.b", "E1.c"]),
+    ("partly", {"E1.a": ("reference", "not reproduced", False),
+                "E1.b": ("reference", "not testable", False)}, "open", []),
 ])
 def test_the_reading_rule_on_synthetic_verdicts(paper_verdict, diagnostics, reading, evidence):
     found = claims.diagnose(judged_rows(paper_verdict, diagnostics))

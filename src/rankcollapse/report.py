@@ -15,11 +15,14 @@ import pandas as pd
 import yaml
 
 from .claims import (
+    DIAGNOSIS_RULE,
     KIND_TITLES,
     KINDS,
     PAPERS,
+    READINGS,
     VERDICT_RULE,
     VERDICTS,
+    diagnose,
     judge_sections,
     load_registry,
     registry_hash,
@@ -246,11 +249,24 @@ def wall_times(benchmarks: list[str | os.PathLike]) -> pd.DataFrame:
 
 def ledger(registry: dict, sections: list[dict]) -> list[dict]:
     """Every claim of the run as a ledger row, in registry order, each with its kind, basis,
-    interval method, n, verdict and generated sentence."""
-    rows = [row.to_dict() for row in judge_sections(registry, sections)]
+    interval method, n, verdict and generated sentence; a paper claim that is not reproduced or
+    partly also with its diagnosis (`diagnose`: the reading of its diagnostics' verdicts), and a
+    diagnostic with the claims it diagnoses and its hypothesis."""
+    judged = judge_sections(registry, sections)
+    diagnoses = diagnose(judged)
+    rows = [row.to_dict() for row in judged]
     for i, row in enumerate(rows, start=1):
         row["number"] = i
+        found = diagnoses.get(row["id"])
+        row["diagnosis"] = found.to_dict() if found else None
     return rows
+
+
+def diagnosis_tally(rows: list[dict]) -> str:
+    """How the papers' claims that are not reproduced or partly read, e.g. "3 differs with our
+    set-up, 1 open" (generated from the diagnoses)."""
+    counter = Counter(r["diagnosis"]["reading"] for r in rows if r.get("diagnosis"))
+    return ", ".join(f"{counter[v]} {v}" for v in READINGS if counter[v]) or "none"
 
 
 def paper_name(key: str) -> str:
@@ -285,6 +301,9 @@ def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
         + "; ".join(f"{p}: {tally(r)}" for p, r in by_paper.items())
         + f". Consistency checks of our code: {tally(checks)} (of {len(checks)}). Beyond the "
         f"papers (our extensions and rival methods): {tally(ours)} (of {len(ours)}).",
+        *([f"Of the papers' claims that are not reproduced or only partly, read from their "
+           f"registered diagnostics by the rule of the methods: {diagnosis_tally(papers)}."]
+          if any(r.get("diagnosis") for r in papers) else []),
     ]
 
 
@@ -326,7 +345,8 @@ def build(numbers: list, benchmarks: list, registry: str | os.PathLike,
         own = [c for c in claims if c["experiment"] == section["experiment"] and c["sentence"]]
         section["n_claims"] = sum(c["experiment"] == section["experiment"] for c in claims)
         section["verdict_sentences"] = [
-            c["sentence"] for c in sorted(own, key=lambda c: order_of[c["kind"]])]
+            c["sentence"] + (f" Diagnosis: {c['diagnosis']['text']}." if c["diagnosis"] else "")
+            for c in sorted(own, key=lambda c: order_of[c["kind"]])]
     times = wall_times(benchmarks)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(Path(template).parent),
@@ -344,6 +364,7 @@ def build(numbers: list, benchmarks: list, registry: str | os.PathLike,
         tallies={kind: tally([c for c in claims if c["kind"] == kind]) for kind in KINDS},
         registry_hash=registry_hash(registry),
         verdict_rule=VERDICT_RULE,
+        diagnosis_rule=DIAGNOSIS_RULE,
         sizes=experiment_sizes(config, [s["experiment"] for s in sections]),
         method_notes=method_notes([s["experiment"] for s in sections], config),
         provenance=provenance(),

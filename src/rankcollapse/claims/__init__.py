@@ -46,6 +46,8 @@ BASIS_TYPES = {
 HYPOTHESES = {
     "setup": "the miss comes from a difference between our set-up and the paper's",
     "paper": "the paper's statement itself is contradicted (a derivation checked by a measurement)",
+    "reference": "the authors' original code, run at the same settings, misses the claim too "
+                 "(the miss is not our implementation's)",
 }
 # With fewer independent runs than this, an interval over runs is their range, not a 95% one.
 MIN_RUNS_FOR_BOOTSTRAP = 5
@@ -478,18 +480,24 @@ def judge_sections(registry: dict[str, ClaimSpec], sections: list[dict]) -> list
 # --- diagnoses of the papers' claims that are not reproduced ---------------------------------
 
 DIAGNOSED = ("not reproduced", "partly")
-READINGS = ("differs with our set-up", "contradicted by a derivation and a measurement", "open")
+READINGS = ("differs with our set-up", "contradicted by a derivation and a measurement",
+            "the original code misses it too", "open")
 DIAGNOSIS_RULE = (
     "A paper claim that is not reproduced, or only partly, is read from the verdicts of the "
     "diagnostics registered for it (kind ours, each registered before it is measured and naming "
     "the claim it diagnoses and its hypothesis: set-up, the miss comes from a difference between "
     "our set-up and the paper's; paper, the paper's statement is contradicted by a derivation "
-    "checked by a measurement). A diagnostic counts when it holds (its verdict is reproduced). "
+    "checked by a measurement; reference, the authors' original code run at the same settings "
+    "misses the claim as well). A diagnostic counts when it holds (its verdict is reproduced). "
     "Differs with our set-up: a set-up diagnostic holds and no paper diagnostic does. "
     "Contradicted by a derivation and a measurement: a paper diagnostic holds and no set-up "
-    "diagnostic does. Open: no diagnostic holds, both kinds hold (conflicting), or none is "
-    "registered. A post-hoc diagnostic (its hypothesis formed after the measurement was seen) "
-    "is named as such wherever it is cited."
+    "diagnostic does. The original code misses it too: a reference diagnostic holds and neither "
+    "a set-up nor a paper diagnostic does; the miss is then not our implementation's, and the "
+    "paper's claim is not borne out by its authors' code at those settings. A reference "
+    "diagnostic that holds beside a set-up or paper one is cited with it (it clears our "
+    "implementation, which both readings assume). Open: no diagnostic holds, a set-up and a "
+    "paper diagnostic both hold (conflicting), or none is registered. A post-hoc diagnostic (its "
+    "hypothesis formed after the measurement was seen) is named as such wherever it is cited."
 )
 
 
@@ -539,12 +547,15 @@ def diagnose(rows: list[Judged]) -> dict[str, Diagnosis]:
         found = diagnostics.get(row.spec.id, [])
         held = {h: [d.spec.id for d in found if d.spec.hypothesis == h
                     and d.verdict == "reproduced"] for h in HYPOTHESES}
-        if held["setup"] and not held["paper"]:
-            reading, evidence = READINGS[0], held["setup"]
-        elif held["paper"] and not held["setup"]:
-            reading, evidence = READINGS[1], held["paper"]
+        setup, paper, reference = held["setup"], held["paper"], held["reference"]
+        if setup and not paper:
+            reading, evidence = READINGS[0], setup + reference
+        elif paper and not setup:
+            reading, evidence = READINGS[1], paper + reference
+        elif reference and not (setup or paper):
+            reading, evidence = READINGS[2], reference
         else:
-            reading, evidence = "open", held["setup"] + held["paper"]
+            reading, evidence = "open", setup + paper
         out[row.spec.id] = Diagnosis(row.spec.id, reading, evidence, [
             {"id": d.spec.id, "hypothesis": d.spec.hypothesis, "verdict": d.verdict,
              "post_hoc": d.spec.post_hoc} for d in found])

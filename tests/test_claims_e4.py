@@ -110,3 +110,33 @@ def test_mlp_reinjection(expected, after):
 def test_missing_variants_are_not_testable():
     for m in e4.measure(views(), FLOORS, None, None, 50):
         assert judge(REGISTRY[m.id], m).verdict == "not testable", m.id
+
+
+# --- diagnostics of the de-escalation claims (issue 28) ---------------------------------------
+
+@pytest.mark.parametrize("expected", ["reproduced", "partly", "not reproduced"])
+@pytest.mark.parametrize("cid", list(e4.DIAGNOSTICS))
+def test_diagnostics_land_in_each_verdict(cid, expected):
+    view, variant, where = e4.DIAGNOSTICS[cid]
+    if where == "after_attention":
+        # t_div after the block shrinks at 0.8 per layer in every case; only the stream after
+        # the attention sublayer (t_sim lower by `after`) decides: its t_div = 0.5 rho^l + after
+        t = table(variant, [0.8] * SEEDS, after=[0.0] * SEEDS)
+        rho = HOLDS[expected]
+        mid = [1.0 - 0.5 * rho[seed] ** layer for seed in range(SEEDS) for layer in range(LAYERS)]
+        t["token_similarity_after_attention"] = np.where(t.layer > 0, mid, np.nan)
+    else:
+        t = table(variant, HOLDS[expected])
+    other = table("post_ln_deesc", [0.5] * SEEDS) if variant != "post_ln_deesc" else None
+    tables = {view: t if other is None else pd.concat([t, other], ignore_index=True)}
+    assert judged(cid, views(**tables)).verdict == expected
+
+
+def test_diagnostics_name_the_missing_variant():
+    v = views(init_task=table("post_ln_deesc", [1.0] * SEEDS))
+    r = judged("E4.deesc_both_branches_init", v)
+    assert r.verdict == "not testable" and "escalation.variants" in r.measurement.note
+    no_trace = table("post_ln_deesc", [1.0] * SEEDS).drop(
+        columns="token_similarity_after_attention")
+    r = judged("E4.deesc_after_attention_init", views(init_task=no_trace))
+    assert r.verdict == "not testable" and "per-sublayer" in r.measurement.note

@@ -126,3 +126,47 @@ def test_text_metric_is_lower_is_better():
              if m.id == "E5.text.post_ln_degrades")
     assert m.value == pytest.approx(0.5)
     assert np.isfinite(m.value)
+
+
+# --- diagnostics of the text claims (issue 28) ------------------------------------------------
+
+def judged_at(cid: str, table: pd.DataFrame, steps=None):
+    m = next(m for m in e5.measure(table, resamples=400, steps=steps) if m.id == cid)
+    return judge(REGISTRY[m.id], m)
+
+
+@pytest.mark.parametrize("expected", ["reproduced", "partly", "not reproduced"])
+def test_recovery_where_the_gap_is_measurable_lands_in_each_verdict(expected):
+    # depth 8: post-LN 0.5 bits worse than pre-LN; depth 4: a gap of 0.1 (counted by the claim,
+    # not by the diagnostic), where de-escalation recovers nothing
+    shares = {"reproduced": [0.9] * SEEDS, "partly": [1.0, 1.0, 1.0, 0.0, 0.0, 1.0],
+              "not reproduced": [0.1] * SEEDS}[expected]
+    values = {**flat("text", "pre_ln", 2.0, 2.0), **flat("text", "post_ln", 2.0, 2.5),
+              **flat("text", "post_ln_deesc", 2.0, [2.5 - 0.5 * s for s in shares])}
+    values[("post_ln", 4)], values[("post_ln_deesc", 4)] = 2.1, 2.1
+    table = runs("text", values)
+    assert judged_at("E5.text.recovery_where_gap_is_measurable", table).verdict == expected
+    assert judged_at("E5.text.deescalation_recovers", table).measurement.value == 0.0
+
+
+@pytest.mark.parametrize("expected", ["reproduced", "partly", "not reproduced"])
+def test_deescalation_against_pre_ln_lands_in_each_verdict(expected):
+    # pre-LN loses 0.1 bits at depth 8; de-escalation loses 0.1 + the excess per seed
+    excess = TRAINS[expected]
+    values = {**flat("text", "pre_ln", 2.0, 2.1),
+              **flat("text", "post_ln_deesc", 2.0, [2.1 + x for x in excess])}
+    table = runs("text", values)
+    assert judged_at("E5.text.deescalation_degrades_like_pre_ln", table).verdict == expected
+    assert e5.excess_loss([{("a", 2): 1.0, ("a", 8): 1.5, ("b", 2): 1.0, ("b", 8): 1.2}],
+                          "a", "b", -1.0) == pytest.approx(0.3)
+
+
+def test_long_training_diagnostics_restate_the_claims_only_at_that_budget():
+    values = {**flat("text", "pre_ln", 2.0, 2.0), **flat("text", "post_ln", 2.0, 2.5),
+              **flat("text", "post_ln_deesc", 2.0, 2.05)}
+    table = runs("text", values)
+    for cid, paper in e5.LONG_TRAINING.items():
+        short = judged_at(cid, table, steps=200)
+        assert short.verdict == "not testable" and "1,000" in short.measurement.note
+        long, claim = judged_at(cid, table, steps=e5.LONG_STEPS), judged_at(paper, table)
+        assert long.verdict == claim.verdict and long.measurement.value == claim.measurement.value

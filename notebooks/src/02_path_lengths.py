@@ -25,8 +25,10 @@
 
 # %% tags=["parameters"]
 experiment = "E2"
-tables = {"paths": "results/tables/E2_paths.parquet"}
-settings = {"paths": {"samples": [5, 20], "repeats": 5, "eval_size": 200}, "tasks": {}}
+tables = {"paths": "results/tables/E2_paths.parquet",
+          "reference": "workflow/references/d21_original.yaml"}
+settings = {"paths": {"samples": [5, 20], "repeats": 5, "eval_size": 200,
+                      "train": {"steps": 600}}, "tasks": {}}
 figures_dir = "report/figures/E2"
 numbers_path = "results/numbers/E2.json"
 
@@ -35,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from rankcollapse import io, plotting
+from rankcollapse import io, plotting, references
 from rankcollapse.claims import e2 as e2_claims
 from rankcollapse.notebooks import section
 from rankcollapse.paths import PAPER_REFERENCE
@@ -52,6 +54,8 @@ ln_free = table[(table.network == "ln_free") & ~table.bias]
 counts = sorted(c for c in table.samples.unique() if c > 0)
 B = 1000
 runs = e2_claims.per_network(table)
+reference = references.load(tables["reference"]) if tables.get("reference") else None
+ref_curves = references.e2_curves(reference) if reference else pd.DataFrame()
 print(f"{len(table)} rows: tasks {tasks}, networks {sorted(set(table.network))}, "
       f"{table.seed.nunique()} seeds, sampled-path counts {counts}")
 
@@ -79,6 +83,12 @@ for ax, task in zip(axes[0], tasks):
         ax.errorbar(c.k + shift, c["mean"], yerr=[c["mean"] - c["min"], c["max"] - c["mean"]],
                     fmt="o-", ms=4, lw=1.2, capsize=2, color=plotting.PALETTE[i],
                     label=f"{count} paths")
+    r = ref_curves[(ref_curves.task == task) & (ref_curves.samples == max(counts))
+                   & (ref_curves.settings_match == "ours")] if len(ref_curves) else ref_curves
+    if len(r):
+        ax.plot(r.k, r.accuracy, "D--", ms=4, lw=0.9, mfc="white", color=plotting.PALETTE[3],
+                label=f"original code, our settings ({max(counts)} paths, "
+                      f"{int(r.seeds.max())} networks)")
     full = t[t.protocol == "full"].accuracy.mean()
     ax.axhline(full, color="black", lw=1.2, label=f"entire model (ours, {full:.2f})")
     ax.axhline(t.majority.mean(), color="grey", lw=1.2, ls="--",
@@ -167,13 +177,54 @@ table_html = summary.to_html(index=False, border=0, classes="data")
 summary
 
 # %% [markdown]
+# ## Beside the original code
+# Dong et al.'s own code (twistedcubic/attention-rank-collapse), run outside this project at our
+# default settings and at theirs (`workflow/references/d21_original.yaml`, with its provenance):
+# per task and settings, the mean over its trained networks of the full accuracy, the majority
+# rate of its evaluation labels and the 20-path sampled accuracy per length, beside ours.
+
+# %%
+def reference_rows():
+    out = []
+    for task in tasks:
+        o = runs[(runs.task == task) & (runs.network == "post_ln")]
+        ours_curve = per_length(original[original.task == task], max(counts)).set_index("k")
+        out.append({"task": TASK_LABELS.get(task, task), "code": "ours", "settings": "ours",
+                    "networks": len(o), "full": f"{o.full.mean():.3f}",
+                    "majority": f"{o.majority.mean():.3f}",
+                    **{f"k = {k}": f"{ours_curve.loc[k, 'mean']:.3f}"
+                       for k in ours_curve.index}})
+        if not len(ref_curves):
+            continue
+        for match in ("ours", "theirs"):
+            r = ref_curves[(ref_curves.task == task) & (ref_curves.settings_match == match)
+                           & (ref_curves.samples == max(counts))].set_index("k")
+            if len(r):
+                out.append({"task": TASK_LABELS.get(task, task), "code": "original",
+                            "settings": match, "networks": int(r.seeds.max()),
+                            "full": f"{r.full.iloc[0]:.3f}", "majority": f"{r.majority.iloc[0]:.3f}",
+                            **{f"k = {k}": f"{r.loc[k, 'accuracy']:.3f}" for k in r.index}})
+    return pd.DataFrame(out).fillna("—")
+
+
+reference_table = reference_rows()
+hull_ref = ref_curves[ref_curves.task == "hull"] if len(ref_curves) else ref_curves
+hull_baselines = (
+    f" Convex hull's baseline: majority rate {runs[runs.task == 'hull'].majority.mean():.2f} "
+    f"(ours), {hull_ref.majority.mean():.2f} (original code); the paper's figure draws "
+    f"{PAPER_REFERENCE['hull'][1]:.2f}." if "hull" in tasks and len(hull_ref) else "")
+reference_html = reference_table.to_html(index=False, border=0, classes="data")
+reference_table
+
+# %% [markdown]
 # ## Claims
 # Registered in workflow/claims.yaml and measured by `rankcollapse.claims.e2`: gain shares
 # (accuracy above the majority rate as a share of the full network's), resampling whole
 # trained networks.
 
 # %%
-measurements = e2_claims.measure(table, B)
+measurements = e2_claims.measure(table, B, reference=reference,
+                                 steps=settings["paths"]["train"]["steps"])
 pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
@@ -207,7 +258,9 @@ figures = [{"name": "accuracy_vs_path_length", **fig_original, "caption":
             "Original protocol on Dong et al.'s post-LN network: token accuracy of 5 and 20 "
             "summed sampled paths of length k (mean over trained networks, bars min–max), the "
             "full network (solid) and the majority-class rate (dashed); dotted: the paper's "
-            "entire-model and baseline values."}]
+            "entire-model and baseline values; open diamonds: Dong et al.'s original code run at "
+            "our settings (20 paths, mean over its networks; "
+            + (references.provenance(reference) if reference else "not run") + ")."}]
 if fig_exact is not None:
     figures.append({"name": "exact_path_sums", **fig_exact, "caption":
                     "Extension (ours), LN-free network: accuracy of all paths of length ≤ k "
@@ -220,7 +273,13 @@ io.write_json(section(
     tables=[{"caption": "Per task: full-network accuracy and baseline, ours and the paper's; "
              "best sampled-path accuracy over lengths ≤ 1 and ≤ 2 and at full length (20 "
              "paths); the LN-free network's full and exact ≤ 1, ≤ 2 accuracies. Mean ± standard "
-             "deviation over trained networks.", "html": table_html}],
+             "deviation over trained networks.", "html": table_html},
+            {"caption": "Beside Dong et al.'s original code ("
+             + (references.provenance(reference) if reference else "not run")
+             + "), run at our default settings and at its own (README: 65–70 epochs): mean over "
+             "trained networks of the full accuracy, the majority rate of the evaluation labels "
+             "and the accuracy of 20 summed sampled paths of length k." + hull_baselines,
+             "html": reference_html}],
     measurements=measurements,
     numbers={"per_network": runs.to_dict(orient="records"), "depths": depths,
              "seeds": int(table.seed.nunique())},

@@ -25,7 +25,8 @@
 
 # %% tags=["parameters"]
 experiment = "E3"
-tables = {"circle": "results/tables/E3_circle.parquet"}
+tables = {"circle": "results/tables/E3_circle.parquet",
+          "reference": "workflow/references/d21_original.yaml"}
 settings = {"circle": {"radius": 0.3, "rollout": 300, "points": 1000, "steps": 1190,
                        "lr": 1e-5, "batch": 30, "starts": 4}}
 figures_dir = "report/figures/E3"
@@ -36,7 +37,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from rankcollapse import io, plotting
+from rankcollapse import io, plotting, references
 from rankcollapse.circle import COLLAPSE_FRACTION, circle_task, collapse_steps
 from rankcollapse.claims import e3 as e3_claims
 from rankcollapse.notebooks import section
@@ -182,12 +183,46 @@ table_html = summary.to_html(index=False, border=0, classes="data")
 summary
 
 # %% [markdown]
+# ## Beside the original code
+# Dong et al.'s own circle script, run outside this project at the same settings
+# (`workflow/references/d21_original.yaml`): its trained layers judged by our collapse rule on 4
+# start pairs, beside ours, per setup and width.
+
+# %%
+reference = references.load(tables["reference"]) if tables.get("reference") else None
+theirs = references.e3_layers(reference) if reference else pd.DataFrame()
+
+
+def collapse_row(lay, code, setup, width):
+    times = lay.time_to_collapse.where(lay.collapsed)
+    return {"setup": setup, "width": width, "code": code,
+            "layers collapsed": f"{int(lay.collapsed.sum())} / {len(lay)}",
+            "mean time to collapse": f"{lay.time_to_collapse.mean():.0f}",
+            "median time (collapsed layers)":
+                f"{times.median():.0f}" if times.notna().any() else "none"}
+
+
+ref_rows = []
+for setup in ("ln", "ln_mlp", "ln_skip", "ln_skip_mlp"):
+    for width in widths:
+        mine = layers[(layers.setup == setup) & (layers.width == width)]
+        if len(mine):
+            ref_rows.append(collapse_row(mine, "ours", setup, width))
+        if len(theirs):
+            lay = theirs[(theirs.setup == setup) & (theirs.width == width)]
+            if len(lay):
+                ref_rows.append(collapse_row(lay, "original", setup, width))
+reference_table = pd.DataFrame(ref_rows)
+reference_html = reference_table.to_html(index=False, border=0, classes="data")
+reference_table
+
+# %% [markdown]
 # ## Claims
 # Registered in workflow/claims.yaml and measured by `rankcollapse.claims.e3`, resampling
 # whole trained layers (never the roll-outs of one layer).
 
 # %%
-measurements = e3_claims.measure(rollouts, B)
+measurements = e3_claims.measure(rollouts, B, reference=reference, steps=c.get("steps"))
 pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
@@ -226,7 +261,13 @@ io.write_json(section(
     tables=[{"caption": "Per setup and width: trained layers that collapse, their time to "
              "collapse, the share of roll-outs whose tokens merge or whose trajectory stalls, "
              "the median final distance of the two tokens and radius, the training MSE.",
-             "html": table_html}],
+             "html": table_html},
+            {"caption": "Beside Dong et al.'s original circle script ("
+             + (references.provenance(reference) if reference else "not run")
+             + "; same settings, 3 seeds per setup and width; its skip layers judged on the "
+             "recurrence's state): trained layers that collapse by our rule, their mean time to "
+             "collapse (no collapse counted as the roll-out's length + 1) and the median time "
+             "of those that collapse.", "html": reference_html}],
     measurements=measurements,
     numbers={"layers": layers.to_dict(orient="records"), "steps": T,
              "threshold": threshold, "seeds": int(table.seed.nunique())},

@@ -27,6 +27,7 @@ VARIANT_COLORS = {
     "post_ln_deesc_half": "#AA4499",
     "post_ln_deesc_mlp": "#44AA99",
     "post_ln_deesc_out": "#DDAA33",
+    "post_ln_deesc_nomlp": "#117733",
     "post_ln_center": "#999933",
     "post_ln_scaled": "#CC6677",
 }
@@ -43,6 +44,7 @@ VARIANT_LABELS = {
     "post_ln_deesc_half": "post-LN + de-escalation (τ=0.5)",
     "post_ln_deesc_mlp": "post-LN + de-escalation of attention and MLP",
     "post_ln_deesc_out": "post-LN + centring after each post-LN",
+    "post_ln_deesc_nomlp": "post-LN + de-escalation, no MLP",
     "post_ln_center": "post-LN + centred attention",
     "post_ln_scaled": "post-LN + 1/√L branches",
 }

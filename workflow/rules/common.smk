@@ -78,14 +78,21 @@ EXPERIMENTS = {
         },
         "settings": ["escalation", "train", "tasks"],
     },
+    # E2 and E3 also read the figures of Dong et al.'s original code (a tracked reference).
     "E2": {
         "notebook": "notebooks/02_path_lengths.ipynb",
-        "tables": {"paths": "results/tables/E2_paths.parquet"},
+        "tables": {
+            "paths": "results/tables/E2_paths.parquet",
+            "reference": "workflow/references/d21_original.yaml",
+        },
         "settings": ["paths", "tasks"],
     },
     "E3": {
         "notebook": "notebooks/03_circle_trajectories.ipynb",
-        "tables": {"circle": "results/tables/E3_circle.parquet"},
+        "tables": {
+            "circle": "results/tables/E3_circle.parquet",
+            "reference": "workflow/references/d21_original.yaml",
+        },
         "settings": ["circle"],
     },
     "E5": {

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -279,6 +279,19 @@ def exact(cid: str, value: float, method: str = "exact computation", n: int = 1,
           note: str = "") -> Measurement:
     """A value without sampling error (an identity's largest deviation, a deterministic fit)."""
     return Measurement(cid, float(value), method, n, note=note)
+
+
+def at_scale(cid: str, measured: Measurement, scale: float | None, needed: float,
+             what: str) -> Measurement:
+    """A diagnostic that restates a paper claim's measurement at a larger scale (longer training):
+    `measured` (the paper claim's Measurement of this run) under the diagnostic's id when the
+    run's `scale` (e.g. its training steps) is at least `needed`, else not testable, saying
+    what run measures it."""
+    if scale is None or scale < needed:
+        return not_testable(cid, f"{what} is {scale} in this run; this diagnostic needs at least "
+                                 f"{needed:,g} (a run of workflow/config/diagnostics.yaml)")
+    note = f"{what} {scale:,g}" + (f"; {measured.note}" if measured.note else "")
+    return replace(measured, id=cid, note=note)
 
 
 def over_runs(cid: str, units: dict, statistic, resamples: int = 1000, seed: int = 0,

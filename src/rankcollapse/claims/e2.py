@@ -17,13 +17,31 @@ import math
 import numpy as np
 import pandas as pd
 
-from . import Measurement, not_testable, over_runs
+from .. import references
+from . import Measurement, at_scale, not_testable, over_runs
 
 TASKS = ("memorisation", "sorting", "hull")
-IDS = tuple(f"E2.{what}_{task}"
-            for what in ("sampled_short_paths", "sampled_long_paths", "full_model",
-                         "exact_short_paths")
-            for task in TASKS)
+PAPER_IDS = tuple(f"E2.{what}_{task}"
+                  for what in ("sampled_short_paths", "sampled_long_paths", "full_model",
+                               "exact_short_paths")
+                  for task in TASKS)
+# Diagnostics (issue 28). The original code's networks (workflow/references/d21_original.yaml):
+# claim -> (task, the reference's settings_match, statistic: short share or long drop).
+REFERENCE = {
+    "E2.reference_short_paths_hull": ("hull", "ours", "short"),
+    "E2.reference_short_paths_hull_original_training": ("hull", "theirs", "short"),
+    "E2.reference_long_paths_hull": ("hull", "ours", "drop"),
+    "E2.reference_long_paths_hull_original_training": ("hull", "theirs", "drop"),
+    "E2.reference_short_paths_sorting": ("sorting", "ours", "short"),
+}
+# Our networks trained at least LONG_STEPS batches: diagnostic -> the paper claim it restates.
+LONG_STEPS = 2400
+LONG_TRAINING = {
+    **{f"E2.long_training_short_paths_{task}": f"E2.sampled_short_paths_{task}"
+       for task in TASKS},
+    "E2.long_training_long_paths_hull": "E2.sampled_long_paths_hull",
+}
+IDS = (*PAPER_IDS, *REFERENCE, *LONG_TRAINING)
 SHORT = (1, 2)  # the short path lengths of the claims
 SAMPLES = 20  # sampled paths summed: the larger of the original's two counts
 MIN_GAIN = 0.05  # a network this close to the majority rate has no gain to share out
@@ -105,9 +123,30 @@ def _mean_full(runs: list[dict]) -> float:
     return _means(runs)["full"]
 
 
-def measure(table: pd.DataFrame, resamples: int = 1000) -> list[Measurement]:
+def measure(table: pd.DataFrame, resamples: int = 1000, reference: dict | None = None,
+            steps: int | None = None) -> list[Measurement]:
     """table: E2's path table (task, network, bias, depth, seed, protocol, samples, k, accuracy,
-    majority). Returns one Measurement per id in IDS, in that order."""
+    majority); reference: the original code's figures (references.load of
+    workflow/references/d21_original.yaml; None: its diagnostics are not testable); steps: the
+    batches E2's networks trained in this run (paths.train.steps). Returns one Measurement per id
+    in IDS, in that order."""
+    out = _measure_paper(table, resamples)
+    for cid, (task, match, what) in REFERENCE.items():
+        runs = references.e2_networks(reference, task, match) if reference else {}
+        if not runs:
+            out[cid] = not_testable(cid, f"no reference run of the original code on {task} "
+                                         f"at {match} settings")
+            continue
+        stat = _share_of_means("sampled_best_short") if what == "short" else _drop
+        out[cid] = over_runs(cid, runs, stat, resamples, unit="networks of the original code",
+                             note=f"{task}, {match} settings, {references.provenance(reference)}")
+    for cid, paper in LONG_TRAINING.items():
+        out[cid] = at_scale(cid, out[paper], steps, LONG_STEPS, "E2's training length (batches)")
+    return [out[cid] for cid in IDS]
+
+
+def _measure_paper(table: pd.DataFrame, resamples: int) -> dict[str, Measurement]:
+    """The paper's and our own E2 claims (PAPER_IDS) from our path table."""
     original, ln_free = _original(table), _ln_free(table)
     out = {}
     for task in TASKS:
@@ -139,4 +178,4 @@ def measure(table: pd.DataFrame, resamples: int = 1000) -> list[Measurement]:
             runs = {int(s): network_summary(r) for s, r in rows.groupby("seed")}
             out[cid] = over_runs(cid, runs, _share_of_means("exact_up_to_2"), resamples,
                                  note=f"{task}, depth {int(mine.depth.max())}")
-    return [out[cid] for cid in IDS]
+    return out

@@ -11,11 +11,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import Measurement, not_testable, over_runs
+from .. import references
+from . import Measurement, at_scale, not_testable, over_runs
 
-IDS = ("E3.no_skip_collapses", "E3.skip_prevents_collapse", "E3.mlp_counteracts",
-       "E3.wider_collapses_faster", "E3.no_skip_collapses_attention_only",
-       "E3.skip_prevents_collapse_attention_only")
+PAPER_IDS = ("E3.no_skip_collapses", "E3.skip_prevents_collapse", "E3.mlp_counteracts",
+             "E3.wider_collapses_faster", "E3.no_skip_collapses_attention_only",
+             "E3.skip_prevents_collapse_attention_only")
+# Diagnostics (issue 28): the original code's layers (workflow/references/d21_original.yaml) ...
+REFERENCE = ("E3.reference_mlp_counteracts", "E3.reference_no_skip_collapses")
+# ... and ours trained at least LONG_STEPS steps: diagnostic -> the paper claim it restates.
+LONG_STEPS = 3570
+LONG_TRAINING = {"E3.long_training_mlp_counteracts": "E3.mlp_counteracts",
+                 "E3.long_training_no_skip_collapses": "E3.no_skip_collapses"}
+IDS = (*PAPER_IDS, *REFERENCE, *LONG_TRAINING)
 # claim -> the setups whose layers it pools (every width)
 SHARE_SETUPS = {
     "E3.no_skip_collapses": ("ln",),
@@ -59,30 +67,58 @@ def _ratio(num: str, den: str):
     return statistic
 
 
-def measure(rollouts: pd.DataFrame, resamples: int = 1000) -> list[Measurement]:
-    """rollouts: circle.collapse_steps of E3's table. One Measurement per id in IDS, in order."""
-    layers = layer_times(rollouts)
-    present = set(layers.setup)
+def measure(rollouts: pd.DataFrame, resamples: int = 1000, reference: dict | None = None,
+            steps: int | None = None) -> list[Measurement]:
+    """rollouts: circle.collapse_steps of E3's table; reference: the original code's figures
+    (references.load; None: their diagnostics are not testable); steps: the steps each circle
+    layer trained in this run (circle.steps). One Measurement per id in IDS, in order."""
+    out = _measure_layers(layer_times(rollouts), resamples)
+    theirs = references.e3_layers(reference) if reference else pd.DataFrame()
+    source = references.provenance(reference) if reference else ""
+    for cid, measured in zip(REFERENCE, (
+            mlp_delay(theirs, resamples, "E3.reference_mlp_counteracts", "layers of the "
+                      "original code", source),
+            collapse_share(theirs, ("ln",), resamples, "E3.reference_no_skip_collapses",
+                           "layers of the original code", source)), strict=True):
+        out[cid] = measured
+    for cid, paper in LONG_TRAINING.items():
+        out[cid] = at_scale(cid, out[paper], steps, LONG_STEPS, "the circle layers' training "
+                                                                "(steps)")
+    return [out[cid] for cid in IDS]
+
+
+def collapse_share(layers: pd.DataFrame, setups: tuple, resamples: int, cid: str,
+                   unit: str = "trained layers", source: str = "") -> Measurement:
+    """Share of the layers of `setups` (every width) that collapse, over layers."""
+    mine = layers[layers.setup.isin(setups)] if len(layers) else layers
+    if mine.empty:
+        return not_testable(cid, f"setups {list(setups)} not in this run")
+    units = {(r.setup, r.width, r.seed): float(r.collapsed) for r in mine.itertuples()}
+    return over_runs(cid, units, _share, resamples, unit=unit,
+                     note=f"{', '.join(setups)} at widths {sorted(mine.width.unique())}"
+                          + (f"; {source}" if source else ""))
+
+
+def mlp_delay(layers: pd.DataFrame, resamples: int, cid: str,
+              unit: str = "seed × width pairs of layers", source: str = "") -> Measurement:
+    """Mean time to collapse of ln_mlp layers over that of ln layers, paired by seed and width."""
+    if not len(layers) or not {"ln", "ln_mlp"} <= set(layers.setup):
+        return not_testable(cid, "needs setups ln and ln_mlp")
+    mine = layers[layers.setup.isin(("ln", "ln_mlp"))]
+    units = {key: dict(zip(t.setup, t.time_to_collapse, strict=True))
+             for key, t in mine.groupby(["width", "seed"])}
+    return over_runs(cid, units, _ratio("ln_mlp", "ln"), resamples,
+                     unit=unit if "pairs" in unit else f"seed × width pairs of {unit}",
+                     note=f"widths {sorted(mine.width.unique())}"
+                          + (f"; {source}" if source else ""))
+
+
+def _measure_layers(layers: pd.DataFrame, resamples: int) -> dict[str, Measurement]:
+    """The paper's and our own E3 claims (PAPER_IDS) from our layers."""
     out = {}
     for cid, setups in SHARE_SETUPS.items():
-        mine = layers[layers.setup.isin(setups)]
-        if mine.empty:
-            out[cid] = not_testable(cid, f"setups {list(setups)} not in this run")
-            continue
-        units = {(r.setup, r.width, r.seed): float(r.collapsed) for r in mine.itertuples()}
-        out[cid] = over_runs(cid, units, _share, resamples, unit="trained layers",
-                             note=f"{', '.join(setups)} at widths "
-                                  f"{sorted(mine.width.unique())}")
-    cid = "E3.mlp_counteracts"
-    if not {"ln", "ln_mlp"} <= present:
-        out[cid] = not_testable(cid, "needs setups ln and ln_mlp")
-    else:
-        mine = layers[layers.setup.isin(("ln", "ln_mlp"))]
-        units = {key: dict(zip(t.setup, t.time_to_collapse, strict=True))
-                 for key, t in mine.groupby(["width", "seed"])}
-        out[cid] = over_runs(cid, units, _ratio("ln_mlp", "ln"), resamples,
-                             unit="seed × width pairs of layers",
-                             note=f"widths {sorted(mine.width.unique())}")
+        out[cid] = collapse_share(layers, setups, resamples, cid)
+    out["E3.mlp_counteracts"] = mlp_delay(layers, resamples, "E3.mlp_counteracts")
     cid = "E3.wider_collapses_faster"
     mine = layers[layers.setup.isin(NO_SKIP_ORIGINAL)]
     widths = sorted(mine.width.unique())
@@ -99,4 +135,4 @@ def measure(rollouts: pd.DataFrame, resamples: int = 1000) -> list[Measurement]:
                               note=f"d = {wide} over d = {narrow}; "
                                    f"{', '.join(sorted(set(mine.setup)))}")
                     if units else not_testable(cid, "no seed trained at both widths"))
-    return [out[cid] for cid in IDS]
+    return out

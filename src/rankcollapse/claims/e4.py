@@ -22,8 +22,18 @@ FITS = {  # claim: (view, variant, fit key)
     "E4.deescalation_holds_tdiv": ("init_gaussian", "post_ln_deesc", "rho"),
     "E4.deescalation_holds_tdiv_trained": ("trained", "post_ln_deesc", "rho"),
 }
+# Diagnostics of the de-escalation claims (issue 28), on E4's own networks (digits test images):
+# claim -> (view, variant, which t_sim: after the block, or after the attention sublayer).
+DIAGNOSTICS = {
+    "E4.deesc_after_attention_init": ("init_task", "post_ln_deesc", "after_attention"),
+    "E4.deesc_after_attention_trained": ("trained", "post_ln_deesc", "after_attention"),
+    "E4.deesc_both_branches_init": ("init_task", "post_ln_deesc_mlp", "block"),
+    "E4.deesc_both_branches_trained": ("trained", "post_ln_deesc_mlp", "block"),
+    "E4.deesc_without_mlp_init": ("init_task", "post_ln_deesc_nomlp", "block"),
+    "E4.deesc_without_mlp_trained": ("trained", "post_ln_deesc_nomlp", "block"),
+}
 IDS = (*FITS, "E4.which_reading", "E4.spectral_gap", "E4.no_blank_tokens",
-       "E4.centring_removes_layer0_similarity", "E4.mlp_reinjects_similarity")
+       "E4.centring_removes_layer0_similarity", "E4.mlp_reinjects_similarity", *DIAGNOSTICS)
 
 
 def _seeds(table: pd.DataFrame) -> dict:
@@ -135,4 +145,21 @@ def measure(views: dict[str, pd.DataFrame], floors: dict[str, float], blank_shar
     else:
         out.append(over_runs("E4.mlp_reinjects_similarity", _seeds(t), reinjection, resamples,
                              note="post_ln_deesc at init on the task's test images"))
+    for cid, (view, variant, where) in DIAGNOSTICS.items():
+        t = views[view]
+        t = t[t.variant == variant] if len(t) else t
+        if where == "after_attention":  # the stream after each attention sublayer, layers >= 1
+            if after not in t or not t[after].notna().any():
+                out.append(not_testable(cid, f"{variant}'s per-sublayer t_sim not measured "
+                                             f"({view})"))
+                continue
+            t = t[t.layer > 0].assign(token_similarity=t[after])
+        if not len(t) or t.token_similarity.notna().sum() == 0:
+            out.append(not_testable(cid, f"{variant} not in this run's E4 ({view}; add it to "
+                                         "escalation.variants)"))
+            continue
+        out.append(measure_escalation(cid, t, "rho", floors[view], resamples,
+                                      note=f"{variant}, {view}, t_sim "
+                                           + ("after the attention sublayer" if where ==
+                                              "after_attention" else "after the block")))
     return out

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from . import Measurement, not_testable, over_runs
+from . import Measurement, at_scale, not_testable, over_runs
 
 TASKS = ("digits", "text")
 # The metric of each task and its sign: +1 when higher is better.
@@ -24,8 +24,18 @@ GRID = ("post_ln_degrades", "pre_ln_trains_deep", "deescalation_trains_deep",
         "deescalation_recovers")
 PLACEMENTS = {"placement_mlp_trains_deep": "post_ln_deesc_mlp",
               "placement_out_trains_deep": "post_ln_deesc_out"}
-IDS = tuple([f"E5.{task}.{name}" for task in TASKS for name in GRID]
-            + [f"E5.digits.{name}" for name in PLACEMENTS])
+PAPER_IDS = tuple([f"E5.{task}.{name}" for task in TASKS for name in GRID]
+                  + [f"E5.digits.{name}" for name in PLACEMENTS])
+# Diagnostics of the text claims (issue 28): post-hoc readings of the grid, and the claims
+# restated in a run that trains every network at least LONG_STEPS steps.
+MEASURABLE_GAP = 0.2  # bits per character: 4 x the margin
+LONG_STEPS = 1000
+LONG_TRAINING = {f"E5.text.long_training_{name}": f"E5.text.{name}"
+                 for name in ("deescalation_trains_deep", "deescalation_recovers",
+                              "pre_ln_trains_deep")}
+DIAGNOSTICS = ("E5.text.recovery_where_gap_is_measurable",
+               "E5.text.deescalation_degrades_like_pre_ln", *LONG_TRAINING)
+IDS = (*PAPER_IDS, *DIAGNOSTICS)
 ARM = {"post_ln_degrades": "post_ln", "pre_ln_trains_deep": "pre_ln",
        "deescalation_trains_deep": "post_ln_deesc"}
 
@@ -68,6 +78,19 @@ def recovered_min(units: list[dict], sign: float, margin: float = MARGIN) -> flo
     return float(min(shares)) if shares else math.nan
 
 
+def excess_loss(units: list[dict], variant: str, reference: str, sign: float) -> float:
+    """Largest over depths of the loss of `variant` against its shallowest depth minus that of
+    `reference` at the same depth (seed means; positive = `variant` loses more); NaN when the
+    two arms share fewer than two depths."""
+    m = _means(units)
+    depths = sorted(d for v, d in m if v == variant and (reference, d) in m)
+    if len(depths) < 2:
+        return math.nan
+    def loss(v: str, d: int) -> float:
+        return sign * (m[(v, depths[0])] - m[(v, d)])
+    return float(max(loss(variant, d) - loss(reference, d) for d in depths[1:]))
+
+
 def placement_difference(units: list[dict], placement: str, depth: int, sign: float) -> float:
     """sign * (placement - post_ln_deesc) of the seed means at `depth`."""
     m = _means(units)
@@ -83,9 +106,36 @@ def _per_seed(runs: pd.DataFrame, value: str) -> dict:
     return out
 
 
-def measure(runs: pd.DataFrame, resamples: int = 1000) -> list[Measurement]:
+def measure(runs: pd.DataFrame, resamples: int = 1000, steps: int | None = None
+            ) -> list[Measurement]:
     """runs: one row per final network (task, variant, depth, seed, accuracy, bpc; a diverged
-    network counted at chance, see trained.final_accuracy)."""
+    network counted at chance, see trained.final_accuracy); steps: the steps each E5 network
+    trained in this run (depth_grid.steps). One Measurement per id in IDS, in that order."""
+    out = {m.id: m for m in _measure_paper(runs, resamples)}
+    value, sign = METRIC["text"]
+    t = runs[runs.task == "text"]
+    units = _per_seed(t, value) if len(t) else {}
+    note = f"text, depths {sorted(int(d) for d in t.depth.unique())}, {value}" if len(t) else ""
+    three = {"post_ln", "pre_ln", "post_ln_deesc"} <= set(t.variant) if len(t) else False
+    cid = "E5.text.recovery_where_gap_is_measurable"
+    out[cid] = (over_runs(cid, units, lambda r: recovered_min(r, sign, MEASURABLE_GAP),
+                          resamples, note=note + f"; depths with a gap of at least "
+                                                 f"{MEASURABLE_GAP} bits")
+                if three else not_testable(cid, "needs post_ln, pre_ln and post_ln_deesc on "
+                                                "text"))
+    cid = "E5.text.deescalation_degrades_like_pre_ln"
+    pair = {"pre_ln", "post_ln_deesc"} <= set(t.variant) if len(t) else False
+    out[cid] = (over_runs(cid, units, lambda r: excess_loss(r, "post_ln_deesc", "pre_ln", sign),
+                          resamples, note=note)
+                if pair else not_testable(cid, "needs pre_ln and post_ln_deesc on text"))
+    for cid, paper in LONG_TRAINING.items():
+        out[cid] = at_scale(cid, out[paper], steps, LONG_STEPS, "E5's training (steps per "
+                                                                "network)")
+    return [out[cid] for cid in IDS]
+
+
+def _measure_paper(runs: pd.DataFrame, resamples: int) -> list[Measurement]:
+    """The paper's and our own E5 claims (PAPER_IDS)."""
     out = []
     for task in TASKS:
         value, sign = METRIC[task]

@@ -76,3 +76,22 @@ def test_rerun_has_nothing_to_do_and_a_notebook_edit_reruns_only_it(ci_run):
         assert set(jobs) == {"notebook", "report", "all"}, jobs
     finally:
         notebook.write_text(original)
+
+
+def test_diagnostics_config_trains_long_enough_for_its_diagnostics(project):
+    """workflow/config/diagnostics.yaml plans only the diagnosed experiments, at training lengths
+    that make their long-training diagnostics testable (the thresholds the claims use)."""
+    import yaml
+
+    from rankcollapse.claims import e2, e3, e5
+
+    config = yaml.safe_load((ROOT / "workflow/config/diagnostics.yaml").read_text())
+    assert config["paths"]["train"]["steps"] >= e2.LONG_STEPS
+    assert config["circle"]["steps"] >= e3.LONG_STEPS
+    assert config["depth_grid"]["steps"] >= e5.LONG_STEPS
+    proc = run_snakemake(project, "-n", "--cores", "2", "--configfile",
+                         "workflow/config/diagnostics.yaml")
+    jobs = scheduled(proc.stdout)
+    assert {"circle", "path_accuracy", "train_tuned", "report"} <= set(jobs), jobs
+    assert "particles" not in jobs and "realarch" not in jobs
+    assert jobs["notebook"] == len(config["report"]["experiments"]) == 3

@@ -263,10 +263,10 @@ def ledger(registry: dict, sections: list[dict]) -> list[dict]:
 
 
 def diagnosis_tally(rows: list[dict]) -> str:
-    """How the papers' claims that are not reproduced or partly read, e.g. "3 differs with our
-    set-up, 1 open" (generated from the diagnoses)."""
+    """How the papers' claims that are not reproduced or partly read, e.g. "differs with our
+    set-up: 3; open: 1" (generated from the diagnoses)."""
     counter = Counter(r["diagnosis"]["reading"] for r in rows if r.get("diagnosis"))
-    return ", ".join(f"{counter[v]} {v}" for v in READINGS if counter[v]) or "none"
+    return "; ".join(f"{v}: {counter[v]}" for v in READINGS if counter[v]) or "none"
 
 
 def paper_name(key: str) -> str:

@@ -248,18 +248,23 @@ def test_simplex_one_dimension_is_not_testable_for_the_rate():
 def large_table(*, passage_exp: float = 1.0, spread: float = 0.05, runs: int = 400,
                 k: float = 2.0, k_se: float = 0.01, near_fraction: float = 0.84,
                 positive_fraction: float = 0.67, ds=(4, 8, 16, 32),
-                seed: int = 3) -> pd.DataFrame:
+                gaps: dict[int, float] | None = None, seed: int = 3) -> pd.DataFrame:
     """Passage times 0.05 d^passage_exp (lognormal spread); kernel coefficient k; at the last t
     the given fractions of pairs are near +-1 (from R = 0) and positive (from R = 1/2). The
-    printed SDE's fractions are 0.84 and 0.67."""
+    printed SDE's fractions are 0.84 and 0.67, the derived SDE's 0.55 and 0.59. The derived
+    coefficient k_derived is 2 - 2.4/d and the Monte Carlo one k_derived + gaps[d] (default:
+    k at every d)."""
     rng = np.random.default_rng(seed)
     frames = []
     for d in ds:
         frames.append(pd.DataFrame({"kind": "passage", "d": d, "u0": 0.0, "run": np.arange(runs),
                                     "tau_pass": 0.05 * d**passage_exp
                                     * np.exp(spread * standard(rng, runs))}))
+        k_derived = 2.0 - 2.4 / d
+        k_mc = k if gaps is None else k_derived + gaps.get(d, 0.0)
         frames.append(pd.DataFrame({"kind": "kernel", "d": d, "overlap": [0.25, 0.5, 0.75],
-                                    "k": k, "k_se": k_se, "samples": 10000}))
+                                    "k": k_mc, "k_se": k_se, "samples": 10000,
+                                    "k_derived": k_derived}))
         near = np.where(np.arange(runs) < round(near_fraction * runs), 0.95, 0.3)
         positive = np.where(np.arange(runs) < round(positive_fraction * runs), 0.5, -0.5)
         for u0, values in [(0.0, near * np.where(np.arange(runs) % 2, 1, -1)), (0.5, positive)]:
@@ -268,6 +273,8 @@ def large_table(*, passage_exp: float = 1.0, spread: float = 0.05, runs: int = 4
     for u0 in (0.0, 0.5):
         frames.append(pd.DataFrame({"kind": "sde", "sde": "printed", "u0": u0, "t": [0.0, 3.0],
                                     "p_near": [0.0, 0.84], "p_pos": [0.5, 0.67]}))
+        frames.append(pd.DataFrame({"kind": "sde", "sde": "derived", "u0": u0, "t": [0.0, 3.0],
+                                    "p_near": [0.0, 0.55], "p_pos": [0.5, 0.59]}))
     table = pd.concat(frames, ignore_index=True)
     table["t_end"], table["near"], table["move"] = 3.0, 0.9, 0.25
     return table
@@ -313,10 +320,90 @@ def test_large_beta_without_kernel_or_sde():
     table = large_table()
     table = table[~table.kind.isin(["kernel", "sde"])]
     v = verdicts({"large_beta": table})
-    assert v["E6.large_beta_coefficient"] == "not testable"
-    assert v["E6.large_beta_pm1"] == "not testable"
-    assert v["E6.large_beta_arcsin"] == "not testable"
+    for name in ("coefficient", "pm1", "arcsin"):
+        assert v[f"E6.large_beta_{name}"] == "not testable"
+        assert v[f"E6.large_beta_{name}_derived"] == "not testable"
     assert v["E6.large_beta_slowdown"] == "reproduced"
+
+
+# --- ours: diagnostics of thm:large_beta_meta (derivation note, section 7) ---------------------
+
+
+@pytest.mark.parametrize(("gaps", "k_se", "expected"), [
+    ({}, 0.01, "reproduced"),  # the Monte Carlo k equals the derived k_d at every d
+    ({4: 0.02, 32: -0.03}, 0.005, "reproduced"),
+    ({8: 0.3}, 0.01, "not reproduced"),  # one d far off decides: the largest gap
+    ({32: -0.08}, 0.02, "partly"),  # |gap| 0.08 in range, 0.08 + 2.5 SE is not
+])
+def test_large_beta_coefficient_derived(gaps, k_se, expected):
+    table = large_table(gaps=gaps, k_se=k_se)
+    assert verdicts({"large_beta": table})["E6.large_beta_coefficient_derived"] == expected
+
+
+def test_large_beta_coefficient_derived_interval():
+    """The interval bounds |gap| jointly over the d's (Bonferroni), and the paper claim stays
+    judged against the printed 1 on the same kernel rows."""
+    from rankcollapse.claims.e6 import _coefficient_derived
+
+    m = _coefficient_derived(large_table(gaps={32: 0.05}, k_se=0.01))
+    se = 0.01 * np.sqrt(3) / 3  # the standard error of the mean over three overlaps
+    z = 2.4977  # 1 - 0.05 / (2 * 4) quantile of the standard normal
+    assert m.value == pytest.approx(0.05)
+    assert m.interval == pytest.approx((0.05 - z * se, 0.05 + z * se), abs=1e-4)
+    assert verdicts({"large_beta": large_table(gaps={})})["E6.large_beta_coefficient"] == (
+        "not reproduced")  # k = 2 - 2.4/32 = 1.925, printed 1
+
+
+def test_large_beta_coefficient_derived_needs_the_derived_column():
+    table = large_table().drop(columns="k_derived")
+    assert verdicts({"large_beta": table})["E6.large_beta_coefficient_derived"] == "not testable"
+
+
+@pytest.mark.parametrize(("fraction", "runs", "derived", "printed"), [
+    (0.55, 2000, "reproduced", "not reproduced"),
+    (0.84, 2000, "not reproduced", "reproduced"),
+    (0.47, 100, "partly", "not reproduced"),
+])
+def test_large_beta_pm1_derived(fraction, runs, derived, printed):
+    v = verdicts({"large_beta": large_table(near_fraction=fraction, runs=runs)})
+    assert v["E6.large_beta_pm1_derived"] == derived
+    assert v["E6.large_beta_pm1"] == printed
+
+
+@pytest.mark.parametrize(("fraction", "runs", "derived", "printed"), [
+    (0.59, 4000, "reproduced", "not reproduced"),
+    (0.67, 4000, "not reproduced", "reproduced"),
+    (0.56, 200, "partly", "not reproduced"),
+])
+def test_large_beta_arcsin_derived(fraction, runs, derived, printed):
+    v = verdicts({"large_beta": large_table(positive_fraction=fraction, runs=runs)})
+    assert v["E6.large_beta_arcsin_derived"] == derived
+    assert v["E6.large_beta_arcsin"] == printed
+
+
+def test_large_beta_derived_needs_the_derived_sde():
+    table = large_table()
+    table = table[~((table.kind == "sde") & (table.sde == "derived"))]
+    v = verdicts({"large_beta": table})
+    assert v["E6.large_beta_pm1_derived"] == "not testable"
+    assert v["E6.large_beta_arcsin_derived"] == "not testable"
+    assert v["E6.large_beta_pm1"] == "reproduced"
+
+
+def test_the_derived_diagnostics_read_the_large_beta_misses():
+    """With the printed claims missed and the derived ones holding, the generated reading is
+    'contradicted by a derivation and a measurement', cited as post hoc."""
+    from rankcollapse.claims import diagnose
+
+    table = large_table(gaps={}, near_fraction=0.55, positive_fraction=0.59, runs=4000)
+    rows = [judge(REGISTRY[m.id], m) for m in measure({"large_beta": table}, {},
+                                                        resamples=RESAMPLES)]
+    readings = diagnose(rows)
+    for name in ("coefficient", "pm1", "arcsin"):
+        found = readings[f"E6.large_beta_{name}"]
+        assert found.reading == "contradicted by a derivation and a measurement"
+        assert found.evidence == [f"E6.large_beta_{name}_derived"]
+        assert "post hoc" in found.text
 
 
 # --- ours: antipodal --------------------------------------------------------------------------

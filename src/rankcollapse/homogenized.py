@@ -19,7 +19,9 @@ law (G) with ``sigma^2 = 1/d``, ballistic time ``t = L eta``, diffusive time ``t
 * ``simplex`` [simplex]: ``thm:clustering_random_init``; the simplex start, sweep of d, the ODE
   with f, g by Monte Carlo, printed and corrected.
 * ``large_beta`` [large_beta]: ``thm:large_beta_meta``; a pair of tokens at ``beta_eff =
-  infinity``, sweep of d; the kernel's drift coefficient; the printed limit SDE.
+  infinity``, sweep of d; the kernel's drift coefficient; the printed limit SDE; ours: the
+  exact kernel and coefficient per d, the derived limit SDE (exact) and the derived SDE per d
+  (derivation note, section 7).
 * ``map_dn``, ``map_beta_n`` [maps]: mean overlap at a few units of tau over (d, n) and
   (beta, n), fresh uniform starts.
 * ``boundary``, ``antipodal`` [antipodal]: OUR heuristic exponent of an antipodal two-cluster
@@ -49,20 +51,26 @@ from .homogenized_plan import (  # noqa: F401 - re-exported: the plan, without t
 )
 from .particles import (
     antipodal_exponents,
+    derived_overlap_law,
     equal_overlap_tokens,
     logistic,
     mean_pairwise_inner,
     mean_token_norm_sq,
     meanfield_pair_kernel,
     overlap_for_mean,
+    pair_coefficient_expansion,
+    pair_coefficient_table,
     pair_drift_coefficient,
+    pair_kernel_exact,
     pair_tokens,
+    sample_derived_overlap,
     sample_weights,
     simplex_drift,
     simplex_fg,
     simulate_limit,
     simulate_meanfield_argmax,
     simulate_overlap_sde,
+    simulate_pair_sde_exact,
     simulate_particles,
     solve_simplex_ode,
     step_size,
@@ -214,6 +222,56 @@ def first_passage(values: np.ndarray, times: np.ndarray, start: np.ndarray,
     return np.where(hit.any(axis=1), times[first], np.nan)
 
 
+def _sde_rows(label: str, coef: float, u0: float, t: np.ndarray, u: np.ndarray | None,
+              paths: int, near: float, law: dict | None = None,
+              **columns) -> list[pd.DataFrame]:
+    """The ``sde`` rows (fractions and quantiles per recorded t) and the ``sde_hist`` rows (the
+    density of u at the last t) of one overlap SDE from ``u0``: from paths ``u (paths, times)``,
+    or from an exact ``law`` (p_near, p_pos, q10, q50, q90 per t) with ``u`` the exact draws
+    at the last t only."""
+    if law is None:
+        law = {"p_near": (np.abs(u) >= near).mean(0), "p_pos": (u > 0).mean(0),
+               **{f"q{q}": np.quantile(u, q / 100, axis=0) for q in (10, 50, 90)}}
+        last = u[:, -1]
+    else:
+        last = u
+    density, edges = np.histogram(last, bins=40, range=(-1, 1), density=True)
+    return [pd.DataFrame({"kind": "sde", "sde": label, "coef": coef, "u0": u0, "t": t, **law,
+                          "paths": paths, **columns}),
+            pd.DataFrame({"kind": "sde_hist", "sde": label, "coef": coef, "u0": u0,
+                          "bin_lo": edges[:-1], "bin_hi": edges[1:], "density": density,
+                          **columns})]
+
+
+def _derived_limit_sde(p: dict) -> list[pd.DataFrame]:
+    """Ours (derivation note, 7.7): the derived limit du = -2u(1-u^2)dt + sqrt(2)(1-u^2)dB,
+    exactly (u = tanh(artanh u0 + sqrt(2) B_t)): label ``derived``, k = 2."""
+    t = np.linspace(0, p["t_end"], p["records"] + 1)
+    frames = []
+    for u0 in p["u0"]:
+        law = derived_overlap_law(u0, t, p["near"])
+        draws = sample_derived_overlap(u0, p["t_end"], p["sde_paths"],
+                                       sub_seed(p["seed"], "sde", "derived", u0))
+        frames += _sde_rows("derived", 2.0, u0, t, draws, p["sde_paths"], p["near"], law)
+    return frames
+
+
+def _derived_finite_d_sde(p: dict, d: int, coef: float) -> list[pd.DataFrame]:
+    """Ours (derivation note, 7.5 and 7.7): the pair SDE at dimension d with the exact k_d(u),
+    by Euler-Maruyama in artanh u with steps of at most ``dt`` in t: label
+    ``derived_finite_d``, one set of rows per d (``coef``: the mean k_d over the overlaps).
+    Descriptive only (no claim reads it), so a quarter of ``sde_paths`` paths."""
+    table = pair_coefficient_table(d)
+    paths = max(2, p["sde_paths"] // 4)
+    frames = []
+    for u0 in p["u0"]:
+        t, u = simulate_pair_sde_exact(d, u0, p["t_end"], paths,
+                                       sub_seed(p["seed"], "sde", "derived_finite_d", d, u0),
+                                       dt=p["dt"], records=p["records"], table=table)
+        frames += _sde_rows("derived_finite_d", coef, u0, t, u, paths, p["near"], d=d)
+    return frames
+
+
 def _run_large_beta(p: dict) -> pd.DataFrame:
     frames = []
     for d in p["d"]:
@@ -243,26 +301,24 @@ def _run_large_beta(p: dict) -> pd.DataFrame:
         s, se = meanfield_pair_kernel(overlaps, d, p["kernel_samples"], g)
         k = pair_drift_coefficient(overlaps, s, d)
         k_se = (d - 2 + overlaps**2) * se / (overlaps * (1 - overlaps**2))  # dk/ds * se
-        frames.append(pd.DataFrame({"kind": "kernel", "d": d, "overlap": overlaps, "s": s,
-                                    "s_se": se, "k": k, "k_se": k_se,
-                                    "samples": p["kernel_samples"]}))
+        # ours (derivation note, section 7): the exact kernel and coefficient, by quadrature
+        s_derived = pair_kernel_exact(overlaps, d)
+        largest = pd.DataFrame({"kind": "kernel", "d": d, "overlap": overlaps, "s": s,
+                                "s_se": se, "k": k, "k_se": k_se,
+                                "samples": p["kernel_samples"], "s_derived": s_derived,
+                                "k_derived": pair_drift_coefficient(overlaps, s_derived, d),
+                                "k_expansion": pair_coefficient_expansion(overlaps, d)})
+        frames.append(largest)
+        frames += _derived_finite_d_sde(p, d, float(largest.k_derived.mean()))
+    frames += _derived_limit_sde(p)
     # the printed limit (k = 1) and the same SDE with the coefficient measured at the largest d
-    largest = frames[-1]
     coefficients = {"printed": 1.0, "measured": float(largest.k.mean())}
     for label, coef in coefficients.items():
         for u0 in p["u0"]:
             t, u = simulate_overlap_sde(coef, u0, p["t_end"], p["sde_paths"],
                                         sub_seed(p["seed"], "sde", label, u0),
                                         records=p["records"])
-            frames.append(pd.DataFrame({
-                "kind": "sde", "sde": label, "coef": coef, "u0": u0, "t": t,
-                "p_near": (np.abs(u) >= p["near"]).mean(0), "p_pos": (u > 0).mean(0),
-                "q10": np.quantile(u, 0.1, axis=0), "q50": np.quantile(u, 0.5, axis=0),
-                "q90": np.quantile(u, 0.9, axis=0), "paths": p["sde_paths"]}))
-            density, edges = np.histogram(u[:, -1], bins=40, range=(-1, 1), density=True)
-            frames.append(pd.DataFrame({"kind": "sde_hist", "sde": label, "coef": coef,
-                                        "u0": u0, "bin_lo": edges[:-1], "bin_hi": edges[1:],
-                                        "density": density}))
+            frames += _sde_rows(label, coef, u0, t, u, p["sde_paths"], p["near"])
     table = pd.concat(frames, ignore_index=True)
     table["t_end"], table["near"], table["move"] = p["t_end"], p["near"], p["move"]
     return table

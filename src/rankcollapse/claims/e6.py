@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -26,7 +27,7 @@ from ..homogenized import (
     simplex_cells,
     small_beta_cells,
 )
-from . import Measurement, exact, not_testable, over_runs
+from . import LEVEL, Measurement, exact, not_testable, over_runs
 
 IDS: tuple[str, ...] = (
     "E6.drift_vanishes",
@@ -45,6 +46,9 @@ IDS: tuple[str, ...] = (
     "E6.large_beta_coefficient",
     "E6.large_beta_pm1",
     "E6.large_beta_arcsin",
+    "E6.large_beta_coefficient_derived",
+    "E6.large_beta_pm1_derived",
+    "E6.large_beta_arcsin_derived",
     "E6.antipodal_heuristic",
 )
 
@@ -246,20 +250,68 @@ def _large_beta(table: pd.DataFrame | None, resamples: int) -> list[Measurement]
             note=f"d = {int(top.d.iloc[0])}; overlaps "
                  f"{', '.join(f'{u:g}' for u in top.overlap)}"))
 
+    out += _fractions(table, "printed", ids[2:], resamples)
+    return out
+
+
+def _fractions(table: pd.DataFrame, label: str, ids: tuple[str, str],
+               resamples: int) -> list[Measurement]:
+    """The pairs' fraction near ±1 from R(0) = 0 and with R > 0 from R(0) = 1/2 at the last
+    time, largest d, minus those of the overlap SDE ``label`` (its rows in the table)."""
+    out = []
     near = float(table.near.iloc[0]) if "near" in table else 0.9
-    for cid, u0, event, column in [(ids[2], 0.0, lambda r: np.abs(r) >= near, "p_near"),
-                                   (ids[3], 0.5, lambda r: r > 0, "p_pos")]:
+    for cid, u0, event, column in [(ids[0], 0.0, lambda r: np.abs(r) >= near, "p_near"),
+                                   (ids[1], 0.5, lambda r: r > 0, "p_pos")]:
         finals = final_overlaps(table, u0)
-        sde = table[(table.kind == "sde") & (table.sde == "printed") & np.isclose(table.u0, u0)]
+        sde = (table[(table.kind == "sde") & (table.sde == label) & np.isclose(table.u0, u0)]
+               if "sde" in table else table.iloc[:0])
         if not finals or sde.empty:
-            out.append(not_testable(cid, f"no pairs or no printed SDE from R(0) = {u0:g}"))
+            out.append(not_testable(cid, f"no pairs or no {label} SDE from R(0) = {u0:g}"))
             continue
         d = max(finals)
-        predicted = float(sde_final(table, "printed", u0)[column])
+        predicted = float(sde_final(table, label, u0)[column])
         out.append(_runs_measure(
             cid, [finals[d]], lambda cols, e=event, p=predicted: float(e(cols[0]).mean() - p),
-            f"d = {d}, τ = {table.t_end.iloc[0]:g}·d; printed SDE: {predicted:.3f}", resamples))
+            f"d = {d}, τ = {table.t_end.iloc[0]:g}·d; {label} SDE: {predicted:.3f}", resamples))
     return out
+
+
+# --- ours: diagnostics of thm:large_beta_meta (derivation note, section 7) ---------------------
+
+def _coefficient_derived(table: pd.DataFrame) -> Measurement:
+    """Largest over d of |mean Monte Carlo k(d) − mean derived k_d| with a joint 95% interval:
+    per d a normal interval of the gap (Bonferroni over the d's), the bounds of |gap| combined
+    by the maximum."""
+    cid = "E6.large_beta_coefficient_derived"
+    kernel = table[table.kind == "kernel"] if "kind" in table else table.iloc[:0]
+    if kernel.empty or "k_derived" not in kernel:
+        return not_testable(cid, "no kernel estimate or no derived coefficient")
+    rows = []
+    for d, g in kernel.groupby("d"):
+        se = float(np.sqrt((g.k_se**2).sum()) / len(g))
+        rows.append((int(d), float(g.k.mean() - g.k_derived.mean()), se))
+    z = NormalDist().inv_cdf(1 - (1 - LEVEL) / (2 * len(rows)))
+    value = max(abs(gap) for _, gap, _ in rows)
+    lows, highs = [], []
+    for _, gap, se in rows:
+        lo, hi = gap - z * se, gap + z * se
+        lows.append(0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)))
+        highs.append(max(abs(lo), abs(hi)))
+    samples = int(kernel.samples.min())
+    return Measurement(
+        cid, value, f"joint 95% interval: per d mean ± {z:.2f} standard errors (Bonferroni over "
+        f"{len(rows)} dimensions) over {samples} independent draws of A per overlap, bounds of "
+        "|gap| combined by the maximum", samples, "given", interval=(max(lows), max(highs)),
+        note="gap per d: " + ", ".join(f"d = {d}: {gap:+.3f}" for d, gap, _ in rows)
+             + f"; overlaps {', '.join(f'{u:g}' for u in sorted(kernel.overlap.unique()))}")
+
+
+def _large_beta_derived(table: pd.DataFrame | None, resamples: int) -> list[Measurement]:
+    ids = ("E6.large_beta_coefficient_derived", "E6.large_beta_pm1_derived",
+           "E6.large_beta_arcsin_derived")
+    if table is None or table.empty:
+        return [not_testable(cid, "no large-temperature study") for cid in ids]
+    return [_coefficient_derived(table)] + _fractions(table, "derived", ids[1:], resamples)
 
 
 # --- ours: the antipodal heuristic ------------------------------------------------------------
@@ -310,6 +362,7 @@ def measure(tables: dict[str, pd.DataFrame | None], settings: dict | None = None
     out += _small_beta(tables.get("small_beta"), resamples)
     out += _simplex(tables.get("simplex"), simplex.get("drift_horizon", 1 / 3), resamples)
     out += _large_beta(tables.get("large_beta"), resamples)
+    out += _large_beta_derived(tables.get("large_beta"), resamples)
     out.append(_antipodal(tables.get("antipodal"), antipodal.get("collapsed", 0.99), resamples))
     assert tuple(m.id for m in out) == IDS, [m.id for m in out]
     return out

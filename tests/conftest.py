@@ -252,7 +252,7 @@ def project(tmp_path: Path) -> Path:
 
 def _ci_run(config: pytest.Config, cleanups: list) -> Path:
     work = copy_project(_scratch(config, "ci-run"))
-    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci", timeout=1800)
+    run_snakemake(work, "--workflow-profile", "workflow/profiles/ci", timeout=3600)
     return work
 
 
@@ -343,7 +343,7 @@ def _slurm_smoke_run(config: pytest.Config, cleanups: list) -> Path:
          # The local runs use 1 thread per job; the same thread count gives the same floats.
          "--set-threads", "train=1"],
         cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        timeout=1800)
+        timeout=3600)
     if proc.returncode != 0:
         raise AssertionError(f"the smoke run through SLURM failed:\n{proc.stdout[-6000:]}")
     return work

@@ -402,7 +402,7 @@ def _smoke_killed_run(config: pytest.Config, cleanups: list) -> tuple[Path, list
             killed.append(stage)
         # What a user does after a crash: release the stale lock, run the same command again.
         run_snakemake(work, "--unlock", *args, nice=LOW_PRIORITY)
-    run_snakemake(work, *args, nice=LOW_PRIORITY)
+    run_snakemake(work, *args, nice=LOW_PRIORITY, timeout=3600)
     return work, killed
 
 

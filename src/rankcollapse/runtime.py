@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -29,7 +30,26 @@ def setup(threads: int, seed: int, deterministic: bool = True) -> None:
     np.random.seed(seed % 2**32)  # noqa: NPY002 - seeds libraries that use the global RNG
     torch.manual_seed(seed)
     if deterministic:
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        set_deterministic(True)
+
+
+def set_deterministic(mode: bool = True) -> None:
+    """torch.use_deterministic_algorithms(mode, warn_only=True) without its start-up cost.
+
+    The public call also sets Inductor's `deterministic` flag, and importing torch._inductor
+    for that takes 2-4 s, in every job of the workflow (about a third of a small job's run
+    time on 2 cores). The flag matters only to code torch.compile generates: it is set here
+    when Inductor is already loaded, and `inductor_deterministic()` sets it before compiling."""
+    torch._C._set_deterministic_algorithms(mode, warn_only=True)  # noqa: SLF001 - see above
+    if "torch._inductor.config" in sys.modules:
+        sys.modules["torch._inductor.config"].deterministic = mode
+
+
+def inductor_deterministic() -> None:
+    """Before torch.compile: give Inductor the deterministic setting the job runs with."""
+    import torch._inductor.config as inductor_config  # noqa: PLC0415 - seconds to import
+
+    inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
 
 
 _HELD_GPU_LOCKS: list = []  # open lock files: the OS releases them when the process ends

@@ -48,6 +48,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
+from .runtime import inductor_deterministic
 from .specs import ATTENTION, ENGINES, PRECISIONS  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
@@ -271,6 +272,7 @@ class DeviceStep:
             return
         self._prepared = True
         if self.engine == "compile":
+            inductor_deterministic()
             self._forward = torch.compile(self.ensemble.losses, **COMPILE_OPTIONS)
         if self.device.type == "cuda" and self.engine in ("graph", "compile"):
             self.one_hot = True

@@ -30,7 +30,6 @@ from dataclasses import replace
 
 import torch
 import yaml
-from torch.utils.flop_counter import FlopCounterMode
 
 from rankcollapse import step as S
 from rankcollapse.ensemble import Ensemble, Member
@@ -38,8 +37,11 @@ from rankcollapse.tasks import make_task
 from rankcollapse.train import TrainConfig, loss_and_correct, new_model, schedule
 
 try:
+    from bench_ensemble import flops_per_member_step
+
     from common import HERE, QUICK, bench_device, matmul_rate, record
 except ImportError:
+    from .bench_ensemble import flops_per_member_step
     from .common import HERE, QUICK, bench_device, matmul_rate, record
 
 TARGET = 0.30  # of the float32 matrix rate, at depth 128 and K = 32
@@ -60,16 +62,6 @@ def paper_arm() -> tuple[dict, dict, str, dict]:
     if QUICK:
         model, batch = {"width": 16, "heads": 2, "mlp_ratio": 2}, 16
     return model, {"batch": batch}, variant, config["variants"][variant]
-
-
-def flops_per_member_step(data, switches: dict, model: dict, batch: int) -> float:
-    net = new_model(data.spec, switches, model, 0)
-    counter = FlopCounterMode(display=False)
-    with counter:
-        logits, _ = net(data.x_train[:batch])
-        loss, _ = loss_and_correct(logits, data.y_train[:batch])
-        loss.backward()
-    return float(counter.get_total_flops())
 
 
 def time_engine(data, switches: dict, model: dict, k: int, cfg: TrainConfig,

@@ -374,3 +374,25 @@ def test_text_blocks_are_contiguous_and_next_character_labels():
     assert len(data.x_val) == len(data.x_test) == 4
     n = len(text_corpus())
     assert len(data.x_train) == (n - 2 * round(0.05 * n) - 1) // 8
+
+
+def test_setup_makes_torch_deterministic_without_importing_inductor():
+    """runtime.setup turns on deterministic algorithms (warn-only) in a fresh process without
+    loading torch._inductor (seconds per job); the compile engine's hook then gives Inductor
+    the same setting."""
+    code = (
+        "import sys, torch\n"
+        "from rankcollapse import runtime\n"
+        "runtime.setup(1, 0)\n"
+        "assert torch.are_deterministic_algorithms_enabled()\n"
+        "assert torch.is_deterministic_algorithms_warn_only_enabled()\n"
+        "assert 'torch._inductor' not in sys.modules, 'setup imported Inductor'\n"
+        "runtime.inductor_deterministic()\n"
+        "import torch._inductor.config as c\n"
+        "assert c.deterministic is True\n"
+        "runtime.set_deterministic(False)\n"
+        "assert not torch.are_deterministic_algorithms_enabled() and c.deterministic is False\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]

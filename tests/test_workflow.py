@@ -94,4 +94,6 @@ def test_diagnostics_config_trains_long_enough_for_its_diagnostics(project):
     jobs = scheduled(proc.stdout)
     assert {"circle", "path_accuracy", "train_tuned", "report"} <= set(jobs), jobs
     assert "particles" not in jobs and "realarch" not in jobs
+    # none of E2, E3, E5 reads E1's init-sweep table, so no init sweep runs for them
+    assert "init_sweep" not in jobs and "collect_init" not in jobs, jobs
     assert jobs["notebook"] == len(config["report"]["experiments"]) == 3

@@ -340,11 +340,20 @@ def report_pdf():
     return ["report/report.pdf"] if config["report"]["pdf"] else []
 
 
+def init_sweep_needed():
+    """Whether an experiment of the report reads E1's init-sweep table (E1, E4, E5b, E7 do): a
+    report without them (e.g. diagnostics.yaml's E2, E3, E5) runs no init sweep."""
+    return any(
+        EXPERIMENTS[name]["tables"].get("init") == "results/tables/E1_init.parquet"
+        for name in report_experiments()
+    )
+
+
 def benchmark_files(wildcards=None):
     """The per-job wall-time records that the report's provenance section sums per rule."""
     init = expand(
         "results/benchmarks/init/{variant}.tsv",
-        variant=config["init_sweep"]["variants"],
+        variant=config["init_sweep"]["variants"] if init_sweep_needed() else [],
     )
     notebooks = expand(
         "results/benchmarks/notebooks/{experiment}.tsv", experiment=report_experiments()
@@ -377,7 +386,7 @@ def benchmark_files(wildcards=None):
             for t in circle_tables()
         }
         training.add("results/benchmarks/collect/E3_circle.tsv")
-    collect = ["results/benchmarks/collect/E1_init.tsv"]
+    collect = ["results/benchmarks/collect/E1_init.tsv"] if init_sweep_needed() else []
     if "E1b" in report_experiments():
         collect += expand(
             "results/benchmarks/realarch/{model}.tsv",

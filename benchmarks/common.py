@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from rankcollapse import runtime
+
 HERE = Path(__file__).resolve().parent
 # Where entries are merged: benchmarks/results.json, or BENCH_RESULTS (the GPU check keeps its
 # own file, so that a GPU run never overwrites the CPU table's entries).
@@ -54,27 +56,12 @@ def synced(fn: Callable[[], object], device: torch.device) -> Callable[[], objec
 
 def matmul_rate(device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False,
                 n: int | None = None, repeats: int = 10) -> float:
-    """The device's matrix-product rate (FLOP/s): n x n products (8192 on a GPU, 1024 on a
-    CPU, 256 in QUICK mode: a CPU without bfloat16 units takes minutes for 1024^3 in bfloat16),
-    median of `repeats` after warm-ups; tf32 allows TensorFloat-32 for float32."""
+    """The device's matrix-product rate (FLOP/s), rankcollapse.runtime.matmul_rate at the
+    benchmarks' sizes: n x n products, 8192 on a GPU, 1024 on a CPU, 256 in QUICK mode (a CPU
+    without bfloat16 units takes minutes for 1024^3 in bfloat16)."""
     n = n or (8192 if device.type == "cuda" else 256 if QUICK else 1024)
     repeats = min(repeats, 3) if QUICK else repeats
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    try:
-        product = synced(lambda: a @ b, device)
-        for _ in range(3):
-            product()
-        samples = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            product()
-            samples.append(time.perf_counter() - start)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
-    return 2 * n**3 / statistics.median(samples)
+    return runtime.matmul_rate(device, dtype, tf32=tf32, n=n, repeats=repeats)
 
 
 def median_time(fn: Callable[[], object], repeats: int = 7, warmup: int = 2,

@@ -122,7 +122,7 @@ def scratch_copy() -> Path:
 
 def table(results: dict, info: dict, steps: list[dict]) -> str:
     """The Markdown for benchmarks/README.md: the machine, then one row per benchmark."""
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(ROOT / "src"), str(HERE)]  # B9's table imports rankcollapse
     name = info.get("gpu", "no GPU (CPU quick mode)")
     lines = [f"Machine: {name}, {info['cpus']} CPU cores, torch {info['torch']}"
              + (f" (CUDA {info['cuda']})" if info.get("cuda") else "")

@@ -396,3 +396,22 @@ def test_setup_makes_torch_deterministic_without_importing_inductor():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_speed_reference_measures_one_thread_and_restores_the_thread_count():
+    """The report's speed reference times float32 products on one thread: a rate that grows with
+    the work (n = 256 and 1024 give the same order of GFLOP/s, not a constant), and the caller's
+    thread count is back afterwards."""
+    from rankcollapse import io, runtime
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rate = runtime.speed_reference()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert 0.1 < rate < 10_000  # GFLOP/s of one CPU thread, whatever the machine
+    small = runtime.matmul_rate(torch.device("cpu"), n=256, repeats=3) / 1e9
+    assert 0.05 < small / rate < 20  # a rate, not a time: it does not scale with n^3
+    assert io.provenance(packages=())["speed_reference_gflops"] > 0

@@ -40,6 +40,7 @@ def test_ci_run_builds_the_report_and_every_figure(ci_run):
     pdf = (ci_run / "report/report.pdf").read_bytes()
     assert pdf.startswith(b"%PDF") and len(pdf) > 20_000
     assert "Claims ledger" in html and "Provenance" in html
+    assert re.search(r"speed reference</th><td>\d+ GFLOP/s", html)  # beside the wall times
     sections = sorted((ci_run / "results/numbers").glob("E*.json"))
     assert sections, "no experiment wrote its numbers"
     for path in sections:

@@ -127,8 +127,12 @@ PACKAGES = ("torch", "numpy", "pandas", "snakemake", "papermill", "matplotlib", 
 
 
 def provenance(packages: Iterable[str] = PACKAGES) -> dict:
-    """What ran: code version, interpreter, platform, devices and package versions."""
+    """What ran: code version, interpreter, platform, devices, package versions, and the
+    machine's speed reference (float32 GFLOP/s on one thread, measured now: the wall times
+    printed beside it are comparable across machines only through it)."""
     import torch
+
+    from rankcollapse.runtime import speed_reference
 
     versions = {}
     for name in packages:
@@ -144,6 +148,7 @@ def provenance(packages: Iterable[str] = PACKAGES) -> dict:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "speed_reference_gflops": speed_reference(),
         "cuda_available": cuda,
         "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         if cuda

@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 import os
 import random
+import statistics
 import sys
+import time
 
 import numpy as np
 import torch
@@ -134,3 +136,43 @@ def job_device(prefer: str = "auto", memory_mb: float | None = None) -> torch.de
         device = torch.device("cuda", claim_gpu(memory_mb))
         torch.cuda.set_device(device)
     return device
+
+
+def matmul_rate(device: torch.device, dtype: torch.dtype = torch.float32, tf32: bool = False,
+                n: int = 1024, repeats: int = 10) -> float:
+    """The device's matrix-product rate (FLOP/s): n x n products, median of `repeats` after 3
+    warm-ups, each timed to the end of the device's work; tf32 allows TensorFloat-32 for
+    float32 on a GPU. On a CPU it uses torch's current thread count."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        def product():
+            out = a @ b
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return out
+
+        for _ in range(3):
+            product()
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            product()
+            samples.append(time.perf_counter() - start)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return 2 * n**3 / statistics.median(samples)
+
+
+def speed_reference() -> float:
+    """This machine's float32 matrix-product rate on one CPU thread, in GFLOP/s (1024 x 1024
+    products, about a second): printed beside wall times, so that times measured on machines of
+    different speed can be compared (the same 2 cores have measured 30 and 114 GFLOP/s)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return matmul_rate(torch.device("cpu"), repeats=5) / 1e9
+    finally:
+        torch.set_num_threads(threads)

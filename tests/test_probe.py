@@ -410,7 +410,10 @@ def test_family_positions_match_the_base_configs():
 
 def test_e1b_table_is_identical_to_the_code_before_the_probe():
     """tests/data/e1b_reference.parquet was written by the pre-probe code (commit b6a4f95) with
-    tests/data/make_e1b_reference.py; today's realarch (on the probe) must give it exactly."""
+    tests/data/make_e1b_reference.py on a 2-core AMD EPYC; today's realarch (on the probe) must
+    give it: the same rows and identities, every number to float32's rounding. Not bit for bit:
+    another CPU's BLAS kernels round float32 sums differently (an Intel Xeon gave residuals 8e-8
+    away, 2026-12-06), and these residuals are ratios of at most about 1."""
     sys.path.insert(0, str(ROOT / "tests" / "data"))
     try:
         import make_e1b_reference as reference
@@ -424,4 +427,7 @@ def test_e1b_table_is_identical_to_the_code_before_the_probe():
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
     old = pd.read_parquet(ROOT / "tests" / "data" / "e1b_reference.parquet")
-    pd.testing.assert_frame_equal(new, old, check_exact=True)
+    floats = [c for c in old.columns if old[c].dtype.kind == "f"]
+    pd.testing.assert_frame_equal(new.drop(columns=floats), old.drop(columns=floats),
+                                  check_exact=True)
+    pd.testing.assert_frame_equal(new[floats], old[floats], check_exact=False, rtol=0, atol=1e-6)

@@ -236,9 +236,10 @@ def test_dry_run_includes_the_training_jobs(project):
     assert int(counts["train"]) == len(ensembles), proc.stdout[-3000:]
     assert not {"train_metrics", "tuned_metrics"} & counts.keys()
     assert int(counts["collect_train"]) == 1  # E4_metrics
-    tuned = trainplan.tuned_runs(config)  # E5: one tuned job per (task, variant, depth)
-    assert int(counts["train_tuned"]) == len(tuned)
-    assert {t for t, _, _ in tuned} == {"digits", "text"}
+    # E5: one tuned job per (task, variant) over the shallow depths, one per deeper arm
+    tuned = trainplan.tuned_jobs(config)
+    assert int(counts["train_tuned"]) == len(tuned) < len(trainplan.tuned_runs(config))
+    assert {j.task for j in tuned} == {"digits", "text"}
     assert int(counts["collect_tuned"]) == 1  # E5_metrics, E5_history, E5_tuning in one job
 
 

@@ -178,3 +178,29 @@ def test_select_members_keeps_the_experiment_s_rows():
                 "warmup": 40, "weight_decay": 0.01} for s, lr in [(0, 1e-3), (2, 2e-3)]]
     kept = trainplan.select_members(table, members)
     assert list(kept.value) == [10, 12]
+
+
+def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
+    grid = {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln"],
+            "depths": {"digits": [2, 4, 8, 16], "text": [2, 4]},
+            "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"]}
+    config = _config(depth_grid=grid)
+    alone = trainplan.tuned_jobs(config)  # merge_depths_up_to 0: one job per arm
+    assert [(j.task, j.variant, j.depths[0]) for j in alone] == trainplan.tuned_runs(config)
+    assert all(len(j.depths) == 1 for j in alone) and alone[0].label == "2"
+    config = _config(depth_grid={**grid, "merge_depths_up_to": 8})
+    jobs = trainplan.tuned_jobs(config)
+    assert [(j.task, j.variant, j.label) for j in jobs] == [
+        ("digits", "post_ln", "2-4-8"), ("digits", "post_ln", "16"),
+        ("digits", "pre_ln", "2-4-8"), ("digits", "pre_ln", "16"),
+        ("digits", "post_ln_deesc_mlp", "16"),
+        ("text", "post_ln", "2-4"), ("text", "pre_ln", "2-4")]
+    # every arm in exactly one job
+    assert sorted((j.task, j.variant, d) for j in jobs for d in j.depths) \
+        == sorted(trainplan.tuned_runs(config))
+    params = trainplan.tuned_job_params(config, jobs[0])
+    assert [a["model_options"]["depth"] for a in params["arms"]] == [2, 4, 8]
+    assert params["arms"][1] == trainplan.tuned_params(config, "digits", "post_ln", 4)
+    config["train"]["gpu"] = 1
+    assert trainplan.tuned_job_gpu_mb(config, jobs[0]) == trainplan.tuned_memory(
+        config, "digits", "post_ln", 8)["gpu_mb"] > 0  # the largest arm's

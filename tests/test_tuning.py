@@ -165,3 +165,76 @@ def test_the_report_says_which_method_chose_the_settings():
     # 10 settings x 1 tuning seed: 10 at rung 0, 4 at rung 1, 2 at rung 2, then 5 fresh seeds
     arms = int(line.split(" tuned arms")[0])
     assert line.endswith(f"{arms * (10 + 4 + 2 + 5)} trained networks")
+
+
+# --- several arms in one job (depth_grid.merge_depths_up_to) ---------------------------------
+
+def _arm(depth: int) -> dict:
+    """trainplan.tuned_params-shaped settings of one tiny arm."""
+    return {"task": "digits", "task_options": {}, "variant": PRESETS["post_ln"],
+            "model_options": {**TINY, "depth": depth}, "train_options": SHARED,
+            "sweep": {"lr": [1e-3, 1e-2], "warmup": 4, "weight_decay": 0.0},
+            "tuning_seeds": [100], "final_seeds": [0, 1],
+            "memory": {"member_mb": 1.0, "budget_mb": 4096.0, "gpu_mb": 0}}
+
+
+def _arms_job(folder, depths):
+    folder.mkdir(exist_ok=True)
+    paths = {name: folder / name for name in tuning.ARM_FILES}
+    chosen = tuning.run_tuned_arms(
+        [_arm(d) for d in depths], paths["ensemble.pt"], paths["history.parquet"],
+        paths["tuning.parquet"], paths["metrics.parquet"], eval_size=4,
+        identity={"task": "digits", "variant": "post_ln"})
+    tables = {name: pd.read_parquet(paths[name]) for name in tuning.ARM_FILES[1:]}
+    return chosen, tables
+
+
+def test_arms_in_one_job_equal_each_arm_in_its_own_job(tmp_path):
+    from rankcollapse.ensemble import load_members
+
+    chosen, merged = _arms_job(tmp_path / "L1-2", [1, 2])
+    alone = [_arms_job(tmp_path / f"L{d}", [d]) for d in (1, 2)]
+    assert chosen == [a[0][0] for a in alone]
+    for name, table in merged.items():
+        assert set(table.depth) == {1, 2}, name
+        expected = pd.concat([a[1][name] for a in alone], ignore_index=True)
+        pd.testing.assert_frame_equal(table, expected, check_exact=True)
+    members = load_members(tmp_path / "L1-2" / "ensemble.pt")
+    assert [(m["settings"]["model_options"]["depth"], m["settings"]["seed"]) for m in members] \
+        == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    alone_members = [m for d in (1, 2) for m in load_members(tmp_path / f"L{d}" / "ensemble.pt")]
+    for a, b in zip(members, alone_members, strict=True):
+        assert all((a["model"][k] == b["model"][k]).all() for k in a["model"])
+    assert not list((tmp_path / "L1-2").glob("arm_L*"))  # the arms' folders are removed
+
+
+def test_a_killed_multi_arm_job_keeps_its_finished_arms(tmp_path, monkeypatch):
+    reference = _arms_job(tmp_path / "reference", [1, 2])
+    real, trained = tuning.run_tuned_job, []
+
+    def fails_at_depth_2(**kwargs):
+        if kwargs["model_options"]["depth"] == 2:
+            raise KeyboardInterrupt("killed")
+        trained.append(kwargs["model_options"]["depth"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(tuning, "run_tuned_job", fails_at_depth_2)
+    with pytest.raises(KeyboardInterrupt):
+        _arms_job(tmp_path / "killed", [1, 2])
+    assert (tmp_path / "killed" / "arm_L1" / "done.json").exists() and trained == [1]
+    # A leftover folder written with other settings is discarded, not reused.
+    stale = tmp_path / "killed" / "arm_L2"
+    stale.mkdir(exist_ok=True)
+    (stale / "settings.json").write_text('{"fingerprint": "other"}')
+    (stale / "checkpoint_sweep.pt").write_text("not a checkpoint")
+
+    def counts(**kwargs):
+        trained.append(kwargs["model_options"]["depth"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(tuning, "run_tuned_job", counts)
+    resumed = _arms_job(tmp_path / "killed", [1, 2])
+    assert trained == [1, 2]  # depth 1 was not trained again
+    assert resumed[0] == reference[0]
+    for name, table in resumed[1].items():
+        pd.testing.assert_frame_equal(table, reference[1][name], check_exact=True)

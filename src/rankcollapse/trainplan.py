@@ -10,6 +10,7 @@ not fit `train.ensemble_memory_mb`:
 
     groups(config)        {(task, variant, depth): Group}: model, shared training options, members
     ensembles(config)     [Job]: one training job each, (task, variant, depth, part, members)
+    tuned_jobs(config)    [TunedJob]: E5's jobs, (task, variant, depths) (`tuned_runs`: its arms)
     experiment_members(config, experiment)   the identity rows an experiment's tables keep
 
 A member is a dict {seed, lr, warmup, weight_decay}; its identity in the tables is
@@ -289,6 +290,56 @@ def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
             runs += [(task, v, depths[-1]) for v in g.get("placements", [])
                      if (task, v, depths[-1]) not in runs]
     return runs
+
+
+@dataclass(frozen=True)
+class TunedJob:
+    """One E5 job: the arms of one (task, variant) at `depths`, tuned one after another in one
+    process (`tuning.run_tuned_arms`). One depth unless depth_grid.merge_depths_up_to merges
+    the shallow ones."""
+
+    task: str
+    variant: str
+    depths: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        """The job's folder name after "L": its depths joined by "-" (L8, L2-4-8)."""
+        return "-".join(str(d) for d in self.depths)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(task, variant, label): the job's wildcards in the workflow."""
+        return (self.task, self.variant, self.label)
+
+
+def tuned_jobs(config: dict) -> list[TunedJob]:
+    """E5's jobs, in tuned_runs' order: every arm alone, except that the arms of one (task,
+    variant) at depths up to `depth_grid.merge_depths_up_to` share one job, where a job's
+    start (interpreter, torch, data, a GPU's context: seconds) would dwarf a shallow arm's
+    work. 0 (the default) merges nothing."""
+    limit = int(config["depth_grid"].get("merge_depths_up_to", 0))
+    jobs: list[list] = []
+    merged: dict[tuple[str, str], list] = {}
+    for task, variant, depth in tuned_runs(config):
+        if depth <= limit and (task, variant) in merged:
+            merged[(task, variant)][2].append(depth)
+            continue
+        job = [task, variant, [depth]]
+        jobs.append(job)
+        if depth <= limit:
+            merged[(task, variant)] = job
+    return [TunedJob(t, v, tuple(d)) for t, v, d in jobs]
+
+
+def tuned_job_params(config: dict, job: TunedJob) -> dict:
+    """Everything one tuned job needs: {"arms": tuned_params of each of its depths}."""
+    return {"arms": [tuned_params(config, job.task, job.variant, d) for d in job.depths]}
+
+
+def tuned_job_gpu_mb(config: dict, job: TunedJob) -> int:
+    """GPU memory (MB) a tuned job declares: its largest arm's (they run one after another)."""
+    return max(tuned_memory(config, job.task, job.variant, d)["gpu_mb"] for d in job.depths)
 
 
 def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:

@@ -1,7 +1,9 @@
 """Per-arm tuning: choose each architecture's optimiser settings on a validation split, then
 train fresh seeds at the chosen setting (E5).
 
-One job per (task, variant, depth), trained as ensembles (`rankcollapse.ensemble`):
+One arm per (task, variant, depth), trained as ensembles (`rankcollapse.ensemble`); a
+workflow job tunes one arm, or several shallow arms of one (task, variant) one after another
+(`run_tuned_arms`, `depth_grid.merge_depths_up_to`):
 
 1. the **sweep**: every setting of the grid (lr x warmup x weight_decay) on the tuning seed(s),
    evaluated on the validation split carved from the training set (`TaskData.x_val`). With
@@ -27,14 +29,17 @@ how it was trained (precision, engine, attention).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import math
+import shutil
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import torch
 
 from . import io, runtime
 from .ensemble import (
@@ -47,6 +52,7 @@ from .ensemble import (
     members_from,
     train_ensemble,
     write_members,
+    write_metrics,
 )
 from .step import autocast
 from .tasks import TaskData, make_task
@@ -57,6 +63,8 @@ log = logging.getLogger(__name__)
 
 ROLES = ("sweep", "final")
 METHODS = ("grid", "halving")
+# What a finished arm of run_tuned_arms leaves in its folder.
+ARM_FILES = ("ensemble.pt", "history.parquet", "tuning.parquet", "metrics.parquet")
 TUNING_COLUMNS = ["role", "seed", "peak_lr", "warmup", "weight_decay", "selected", "diverged",
                   "diverged_step", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
                   "config_hash"]
@@ -275,3 +283,70 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
                   io.config_hash(hashes), ensemble_path, history_path, ens.numerics)
     io.write_parquet(table, tuning_path)
     return chosen
+
+
+def run_tuned_arms(arms: Sequence[dict], ensemble_path: str | Path, history_path: str | Path,
+                   tuning_path: str | Path, metrics_path: str | Path, eval_size: int,
+                   identity: dict, device: str = "cpu", threads: int = 1) -> list[dict]:
+    """One E5 job of the workflow: its arms (trainplan.tuned_params of one (task, variant) at
+    one or several depths) tuned one after another in this process, each exactly as
+    `run_tuned_job` alone (it reseeds everything), then its final members' per-layer metrics
+    (`ensemble.write_metrics`). identity: {task, variant}, the tables' first columns.
+
+    Each arm works in its own folder beside the outputs (arm_L{depth}/: checkpoints, outputs,
+    and its settings' fingerprint once finished), so a killed job resumes inside the arm it was
+    in and keeps the arms it had finished; a folder left by other settings is discarded. The
+    outputs concatenate the arms' tables (ensemble_path holds every arm's final members, each
+    with its settings) and the folders are then removed. The job claims GPU room once, for its
+    largest arm. Returns each arm's selected setting."""
+    out = Path(ensemble_path).parent
+    gpu_mb = max((arm.get("memory") or {}).get("gpu_mb") or 0 for arm in arms)
+    runtime.setup(threads, int(arms[0]["final_seeds"][0]))  # before any CUDA work
+    dev = runtime.job_device(device, gpu_mb or None)
+    claimed = str(dev) if dev.type == "cuda" else device
+    chosen, folders = [], []
+    for arm in arms:
+        depth = int(arm["model_options"]["depth"])
+        folder = out / f"arm_L{depth}"
+        folders.append(folder)
+        fingerprint = io.config_hash(arm)
+        done, stamp = folder / "done.json", folder / "settings.json"
+        record = json.loads(done.read_text()) if done.exists() else {}
+        if record.get("fingerprint") == fingerprint and all((folder / n).exists()
+                                                            for n in ARM_FILES):
+            log.info("arm at depth %d: finished by an earlier run (%s), kept", depth, folder)
+            chosen.append(record["chosen"])
+            continue
+        started = json.loads(stamp.read_text()).get("fingerprint") if stamp.exists() else None
+        if folder.exists() and (done.exists() or started != fingerprint):
+            log.warning("discarding %s: written with other settings, or incomplete", folder)
+            shutil.rmtree(folder)
+        io.write_json({"fingerprint": fingerprint}, stamp)
+        log.info("arm at depth %d (%d of %d in this job)", depth, len(folders), len(arms))
+        selected = run_tuned_job(**arm, ensemble_path=folder / "ensemble.pt",
+                                 history_path=folder / "history.parquet",
+                                 tuning_path=folder / "tuning.parquet", device=claimed,
+                                 threads=threads, extra_columns={**identity, "depth": depth})
+        write_metrics(folder / "ensemble.pt", folder / "metrics.parquet", eval_size=eval_size,
+                      identity=identity, threads=threads)
+        io.write_json({"fingerprint": fingerprint, "chosen": selected}, done)
+        chosen.append(selected)
+    if len(folders) == 1:
+        paths = (ensemble_path, history_path, tuning_path, metrics_path)
+        for name, path in zip(ARM_FILES, paths, strict=True):
+            (folders[0] / name).replace(path)
+    else:
+        saved = [torch.load(f / "ensemble.pt", map_location="cpu", weights_only=False)
+                 for f in folders]
+        members = [m for s in saved for m in s["members"]]
+        fingerprint = io.config_hash([s["fingerprint"] for s in saved])
+        io.atomic_write(ensemble_path, lambda tmp: torch.save(
+            {"members": members, "fingerprint": fingerprint}, tmp))
+        for name, path in (("history.parquet", history_path), ("tuning.parquet", tuning_path),
+                           ("metrics.parquet", metrics_path)):
+            io.write_parquet(pd.concat([io.read_parquet(f / name) for f in folders],
+                                       ignore_index=True), path)
+    for folder in folders:
+        shutil.rmtree(folder)
+    return chosen
+

@@ -28,6 +28,7 @@ wildcard_constraints:
     table="[a-z][a-z0-9_]*",
     task="[a-z][a-z0-9_]*",
     depth="[0-9]+",
+    depths="[0-9]+(-[0-9]+)*",
     model="[a-z]+",
     width="[0-9]+",
 
@@ -254,8 +255,13 @@ def train_gpu_mb(wildcards):
     return trainplan.job_memory_mb(config, ENSEMBLES[key]) if key in ENSEMBLES else 0
 
 
-# E5: one tuned job per (task, variant, depth) (rankcollapse.tuning).
-TUNED = trainplan.tuned_runs(config) if "E5" in config["report"]["experiments"] else []
+# E5: one tuned job per (task, variant, depth), or per (task, variant) over its shallow depths
+# (depth_grid.merge_depths_up_to; rankcollapse.trainplan.tuned_jobs).
+TUNED = (
+    {job.key: job for job in trainplan.tuned_jobs(config)}
+    if "E5" in config["report"]["experiments"]
+    else {}
+)
 TUNED_FILES = {
     "metrics": "results/tuned/{}/{}/L{}/metrics.parquet",
     "history": "results/tuned/{}/{}/L{}/history.parquet",
@@ -265,7 +271,7 @@ TUNED_FILES = {
 
 
 def tuned_files(kind):
-    return [TUNED_FILES[kind].format(*run) for run in TUNED]
+    return [TUNED_FILES[kind].format(*key) for key in TUNED]
 
 
 def tuned_tables(wildcards=None):
@@ -273,21 +279,23 @@ def tuned_tables(wildcards=None):
     return {kind: tuned_files(kind) for kind in ("metrics", "history", "tuning")}
 
 
-def tuned_params(wildcards):
-    key = (wildcards.task, wildcards.variant, int(wildcards.depth))
+def tuned_job(wildcards):
+    key = (wildcards.task, wildcards.variant, wildcards.depths)
     if key not in TUNED:
         raise ValueError(
             f"no tuned E5 job {key} in this config; planned: {sorted(TUNED)}"
         )
-    return trainplan.tuned_params(config, *key)
+    return TUNED[key]
+
+
+def tuned_params(wildcards):
+    return trainplan.tuned_job_params(config, tuned_job(wildcards))
 
 
 def tuned_gpu_mb(wildcards):
     """GPU memory (MB) one tuned job declares (0 without GPU)."""
-    key = (wildcards.task, wildcards.variant, int(wildcards.depth))
-    if key not in TUNED:
-        return 0
-    return trainplan.tuned_memory(config, *key)["gpu_mb"]
+    key = (wildcards.task, wildcards.variant, wildcards.depths)
+    return trainplan.tuned_job_gpu_mb(config, TUNED[key]) if key in TUNED else 0
 
 
 def path_tables(wildcards=None):

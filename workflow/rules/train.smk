@@ -35,17 +35,19 @@ rule train:
 # E5: one job per (task, variant, depth) tunes its own optimiser settings (rankcollapse.tuning):
 # the sweep on the tuning seeds as one ensemble, selected on the validation split, then the
 # fresh seeds at the selected setting as a second ensemble; tuning.parquet has a row per member
-# of both (role sweep / final); metrics.parquet the final members' per-layer metrics.
+# of both (role sweep / final); metrics.parquet the final members' per-layer metrics. With
+# depth_grid.merge_depths_up_to, the shallow arms of one (task, variant) share one job, one
+# after another ({depths}: e.g. 2-4-8), where starting a job would cost more than their work.
 rule train_tuned:
     output:
-        ensemble="results/tuned/{task}/{variant}/L{depth}/ensemble.pt",
-        history="results/tuned/{task}/{variant}/L{depth}/history.parquet",
-        tuning="results/tuned/{task}/{variant}/L{depth}/tuning.parquet",
-        metrics="results/tuned/{task}/{variant}/L{depth}/metrics.parquet",
+        ensemble="results/tuned/{task}/{variant}/L{depths}/ensemble.pt",
+        history="results/tuned/{task}/{variant}/L{depths}/history.parquet",
+        tuning="results/tuned/{task}/{variant}/L{depths}/tuning.parquet",
+        metrics="results/tuned/{task}/{variant}/L{depths}/metrics.parquet",
     log:
-        "results/logs/tuned/{task}/{variant}/L{depth}.log",
+        "results/logs/tuned/{task}/{variant}/L{depths}.log",
     benchmark:
-        "results/benchmarks/tuned/{task}/{variant}/L{depth}.tsv"
+        "results/benchmarks/tuned/{task}/{variant}/L{depths}.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -184,8 +184,8 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
     grid = {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln"],
             "depths": {"digits": [2, 4, 8, 16], "text": [2, 4]},
             "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"]}
-    config = _config(depth_grid=grid)
-    alone = trainplan.tuned_jobs(config)  # merge_depths_up_to 0: one job per arm
+    config = _config(depth_grid={**grid, "merge_depths_up_to": 0})
+    alone = trainplan.tuned_jobs(config)  # one job per arm
     assert [(j.task, j.variant, j.depths[0]) for j in alone] == trainplan.tuned_runs(config)
     assert all(len(j.depths) == 1 for j in alone) and alone[0].label == "2"
     config = _config(depth_grid={**grid, "merge_depths_up_to": 8})

@@ -349,4 +349,3 @@ def run_tuned_arms(arms: Sequence[dict], ensemble_path: str | Path, history_path
     for folder in folders:
         shutil.rmtree(folder)
     return chosen
-

@@ -52,7 +52,8 @@ def measured() -> tuple[dict[str, list[float]], dict[str, list[float]]]:
 
 def training_work(config: dict) -> dict:
     """FLOPs of all training of a config (every ensemble gpu_projection.ensembles lists: the
-    train rule's for E2, E4, E5b and E5's tuned sweep rungs and final seeds), with counts."""
+    train rule's for E2 and E4, the tuned sweep rungs and final seeds of E5 and E5b), with
+    counts."""
     work = ensembles(config)
     return {"flops": sum(e["members"] * e["steps"] * e["flops"] for e in work),
             "members": sum(e["members"] for e in work), "ensembles": len(work)}

@@ -2,9 +2,10 @@
 
     python benchmarks/gpu_projection.py [paper|default|ci|<config file>]
 
-Every ensemble a config trains (rankcollapse.trainplan: the train rule's jobs for E2, E4, E5b;
-E5's tuned jobs: each sweep rung, split into parts by train.ensemble_memory_mb, then the final
-seeds) is priced by a step-time model fitted to GPU measurements:
+Every ensemble a config trains (rankcollapse.trainplan: the train rule's jobs for E2, E4; the
+tuned jobs of E5 and of E5b's rival fixes: each sweep rung, split into parts by
+train.ensemble_memory_mb, then the final seeds) is priced by a step-time model fitted to GPU
+measurements:
 
     step time = ((per_layer_s x depth)^q + (K x flops per member step / rate)^q)^(1/q)
 
@@ -89,11 +90,13 @@ def ensembles(config: dict) -> list[dict]:
         out.append({"experiment": owners[job.key], "task": job.task, "depth": job.depth,
                     "members": len(job.members), "steps": g.train_options["steps"],
                     "flops": flops, "what": "train"})
-    if "E5" not in config["report"]["experiments"]:
+    if not {"E5", "E5b"} & set(config["report"]["experiments"]):
         return out
     grid = config["depth_grid"]
     halving = {"eta": 3, "rungs": 3, **grid.get("halving", {})}
+    e5 = {*grid["variants"], *grid.get("placements", [])}
     for task, variant, depth in trainplan.tuned_runs(config):
+        experiment = "E5" if variant in e5 else "E5b"  # E5b's rival fixes are tuned arms too
         p = trainplan.tuned_params(config, task, variant, depth)
         steps = p["train_options"]["steps"]
         flops = member_step_flops(config, task, p["task_options"], variant, p["model_options"],
@@ -105,11 +108,11 @@ def ensembles(config: dict) -> list[dict]:
         for rung, rung_steps in enumerate(budgets):
             team = settings * len(p["tuning_seeds"])
             for part in trainplan.split(list(range(team)), 1.0, float(fit)):
-                out.append({"experiment": "E5", "task": task, "depth": depth,
+                out.append({"experiment": experiment, "task": task, "depth": depth,
                             "members": len(part), "steps": rung_steps, "flops": flops,
                             "what": f"sweep rung {rung}"})
             settings = 1 if rung == len(budgets) - 1 else math.ceil(settings / halving["eta"])
-        out.append({"experiment": "E5", "task": task, "depth": depth,
+        out.append({"experiment": experiment, "task": task, "depth": depth,
                     "members": len(p["final_seeds"]), "steps": steps, "flops": flops,
                     "what": "final"})
     return out

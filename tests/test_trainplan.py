@@ -47,17 +47,20 @@ def test_members_are_seeds_times_the_optimiser_sweep():
 
 
 def test_one_ensemble_per_architecture_holds_every_experiment_s_members():
-    config = _config(escalation={"seeds": [0, 5], "depth": 16},
-                     rival_fixes={"seeds": [0, 1], "depths": [16]})
+    # E2 on digits with E4's model and optimiser (no overrides) shares E4's san_skip ensemble.
+    config = _config(escalation={"seeds": [0, 5], "depth": 8},
+                     paths={"tasks": ["digits"], "variants": ["san_skip"], "depths": [8],
+                            "seeds": [0, 1], "models": {}, "data": {}, "train": {}})
     groups = trainplan.groups(config)
-    shared = groups[("digits", "post_ln", 16)]  # trained by E4 and E5b
+    shared = groups[("digits", "san_skip", 8)]  # trained by E4 and E2
     assert [m["seed"] for m in shared.members] == [0, 1, 5]
     jobs = trainplan.ensembles(config)
     assert len({j.key for j in jobs}) == len(groups)
     # Each experiment's tables keep its own members only.
-    e4 = {(m["variant"], m["seed"]) for m in trainplan.experiment_members(config, "E4")
-          if m["depth"] == 16}
-    assert ("post_ln", 5) in e4 and ("post_ln", 1) not in e4
+    e4 = {(m["variant"], m["seed"]) for m in trainplan.experiment_members(config, "E4")}
+    assert ("san_skip", 5) in e4 and ("san_skip", 1) not in e4
+    e2 = {(m["variant"], m["seed"]) for m in trainplan.experiment_members(config, "E2")}
+    assert e2 == {("san_skip", 0), ("san_skip", 1)}
 
 
 def test_e2_runs_take_their_model_data_and_optimiser_from_paths():
@@ -69,7 +72,7 @@ def test_e2_runs_take_their_model_data_and_optimiser_from_paths():
     assert group.task_options == {**DEFAULT["tasks"]["sorting"], "train_size": 1000,
                                   "test_size": 200}
     assert DEFAULT["tasks"]["sorting"]["train_size"] != 1000
-    config = _config(rival_fixes={"task": "sorting", "variants": ["post_ln"], "depths": [2]})
+    config = _config(escalation={"task": "sorting", "variants": ["post_ln"], "depth": 2})
     assert trainplan.groups(config)[("sorting", "post_ln", 2)].task_options \
         == config["tasks"]["sorting"]
     job = next(j for j in trainplan.ensembles(DEFAULT)
@@ -78,16 +81,55 @@ def test_e2_runs_take_their_model_data_and_optimiser_from_paths():
 
 
 def test_conflicting_settings_for_one_architecture_are_a_config_error():
-    config = _config(rival_fixes={"task": "sorting", "variants": ["san_skip"], "depths": [6]})
+    config = _config(escalation={"task": "sorting", "variants": ["san_skip"], "depth": 6})
     with pytest.raises(ConfigError, match="other model, training or data settings"):
         check_config(config)
+
+
+def test_e5b_rivals_are_tuned_arms_at_the_deepest_depth_of_their_task():
+    config = _config(depth_grid={"tasks": ["digits", "text"], "depths": {"digits": [2, 8],
+                                                                        "text": [2, 4]},
+                                 "placements": [], "placement_tasks": []},
+                     rival_fixes={"task": "digits",
+                                  "variants": ["post_ln_center", "post_ln_deesc"]})
+    runs = trainplan.tuned_runs(config)
+    assert ("digits", "post_ln_center", 8) in runs
+    assert not any(v == "post_ln_center" and d != 8 for _, v, d in runs)
+    assert runs.count(("digits", "post_ln_deesc", 8)) == 1  # an E5 arm already: trained once
+    # E5b's rivals are no train-rule ensembles any more.
+    assert not any(v == "post_ln_center" for _, v, _ in trainplan.groups(config))
+    without = _config(report={"experiments": ["E5"]}, rival_fixes={"variants": ["post_ln_center"]})
+    assert not any(v == "post_ln_center" for _, v, _ in trainplan.tuned_runs(without))
+
+
+def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
+    """The default report decides E5 where depth bites: both tasks reach depth 32, every arm
+    tuned by successive halving, at least 5 fresh seeds, the placements and E5b's rivals at the
+    deepest digits depth."""
+    grid = DEFAULT["depth_grid"]
+    for task in grid["tasks"]:
+        assert trainplan.grid_depths(grid, task)[-1] >= 32
+    runs = trainplan.tuned_runs(DEFAULT)
+    deepest = trainplan.grid_depths(grid, "digits")[-1]
+    for variant in [*grid["placements"], *DEFAULT["rival_fixes"]["variants"]]:
+        assert ("digits", variant, deepest) in runs
+    for job in trainplan.tuned_jobs(DEFAULT):
+        for arm in trainplan.tuned_job_params(DEFAULT, job)["arms"]:
+            assert arm["tuning"]["method"] == "halving"
+            assert len(arm["final_seeds"]) >= 5
+            assert not set(arm["final_seeds"]) & set(arm["tuning_seeds"])
+    # The deep arms run alone; the shallow ones of one (task, variant) share a job.
+    deep = [j for j in trainplan.tuned_jobs(DEFAULT) if max(j.depths) == deepest]
+    assert all(j.depths == (deepest,) for j in deep)
+    assert any(len(j.depths) > 1 for j in trainplan.tuned_jobs(DEFAULT))
 
 
 def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
     config = _config(depth_grid={"tasks": ["digits", "text"], "depths": {"digits": [2, 8],
                                                                         "text": [2, 4]},
                                  "placements": ["post_ln_deesc_mlp"],
-                                 "placement_tasks": ["digits"]})
+                                 "placement_tasks": ["digits"]},
+                     report={"experiments": ["E5"]})  # no E5b: no rival arms
     runs = trainplan.tuned_runs(config)
     variants = config["depth_grid"]["variants"]
     assert len(runs) == 2 * len(variants) + 2 * len(variants) + 1
@@ -184,11 +226,11 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
     grid = {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln"],
             "depths": {"digits": [2, 4, 8, 16], "text": [2, 4]},
             "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"]}
-    config = _config(depth_grid={**grid, "merge_depths_up_to": 0})
+    config = _config(depth_grid={**grid, "merge_depths_up_to": 0}, rival_fixes={"variants": []})
     alone = trainplan.tuned_jobs(config)  # one job per arm
     assert [(j.task, j.variant, j.depths[0]) for j in alone] == trainplan.tuned_runs(config)
     assert all(len(j.depths) == 1 for j in alone) and alone[0].label == "2"
-    config = _config(depth_grid={**grid, "merge_depths_up_to": 8})
+    config = _config(depth_grid={**grid, "merge_depths_up_to": 8}, rival_fixes={"variants": []})
     jobs = trainplan.tuned_jobs(config)
     assert [(j.task, j.variant, j.label) for j in jobs] == [
         ("digits", "post_ln", "2-4-8"), ("digits", "post_ln", "16"),

@@ -9,8 +9,10 @@
 # %% [markdown]
 # # E5b — Rival depth fixes side by side
 #
-# Three fixes for deep post-norm transformers, each a switch of the same model, trained with the
-# same budget at the deepest depth of the grid (runs shared with E5 are the same runs):
+# Three fixes for deep post-norm transformers, each a switch of the same model, trained at the
+# deepest digits depth of E5's grid. Each fix is an arm of E5: tuned on its own (the same sweep
+# of peak learning rate × warm-up on the tuning seed, selected on validation), then trained on
+# the same fresh seeds; post-LN, pre-LN and de-escalation are E5's own runs at that depth:
 # - **de-escalation** (Yu & Zhang): the attention output Y ← (I − τ·(1/n)11ᵀ)Y, τ = 1;
 # - **centred attention** (Nait Saada, Naderi & Tanner, ICML 2025, "Mind the Gap"):
 #   A ← A − (1/n)11ᵀ, removing the outlier eigenvalue that separates a random Markov attention
@@ -20,19 +22,17 @@
 # with pre-LN and plain post-LN as references. (I − Π₁)A equals A − (1/n)11ᵀ only when A is
 # doubly stochastic: de-escalation removes the token mean of the *output*, centred attention
 # subtracts the uniform matrix from the *attention*, and the two differ for row-stochastic A.
-# Token similarity at init comes from the same task models before training (digits) and from
-# E1's random-input sweep.
+# Token similarity at init comes from the same task models before training (digits).
 
 # %% tags=["parameters"]
 experiment = "E5b"
-tables = {"metrics": "results/tables/E5b_metrics.parquet",
-          "init": "results/tables/E1_init.parquet"}
+tables = {"metrics": "results/tables/E5_metrics.parquet",
+          "tuning": "results/tables/E5_tuning.parquet"}
 settings = {
-    "rival_fixes": {"task": "digits", "depths": [32], "seeds": [0, 1],
-                    "variants": ["post_ln", "pre_ln", "post_ln_deesc", "post_ln_center",
-                                 "post_ln_scaled"]},
-    "init_sweep": {"depth": 32},
-    "train": {"steps": 400},
+    "rival_fixes": {"task": "digits", "variants": ["post_ln_center", "post_ln_scaled"]},
+    "depth_grid": {"variants": ["post_ln", "pre_ln", "post_ln_deesc"], "steps": 200,
+                   "lr": [0.0003, 0.001, 0.003], "warmup": [10, 40]},
+    "train": {"width": 32},
 }
 figures_dir = "report/figures/E5b"
 numbers_path = "results/numbers/E5b.json"
@@ -45,16 +45,20 @@ import pandas as pd
 from rankcollapse import io, plotting
 from rankcollapse.claims import e5b as e5b_claims
 from rankcollapse.notebooks import section
-from rankcollapse.trained import final_accuracy
+from rankcollapse.trained import final_accuracy, selected_settings
 
 plotting.use_style()
-rivals = settings["rival_fixes"]
+rivals, grid = settings["rival_fixes"], settings["depth_grid"]
+task = rivals["task"]
 metrics = io.read_parquet(tables["metrics"])
-init = io.read_parquet(tables["init"])
+metrics = metrics[metrics.task == task]
+chosen = selected_settings(io.read_parquet(tables["tuning"]))
 runs = final_accuracy(metrics)
-L = int(max(rivals["depths"]))
+rival_runs = runs[runs.variant.isin(rivals["variants"])]
+L = int((rival_runs if len(rival_runs) else runs).depth.max())
 runs = runs[runs.depth == L]
-variants = [v for v in rivals["variants"] if v in set(runs.variant)]
+wanted = ["post_ln", "pre_ln", "post_ln_deesc", *rivals["variants"]]
+variants = [v for v in wanted if v in set(runs.variant)]
 fixes = [v for v in variants if v not in ("post_ln", "pre_ln")]
 B = 1000
 print(f"{len(runs)} runs at depth {L}: {variants}")
@@ -77,8 +81,8 @@ ax.set_ylabel(f"test accuracy at depth {L}")
 ax.set_ylim(0, 1.02)
 ax.set_title(f"(a) accuracy after training, depth {L}")
 
-for ax, stage, title in ((axes[1], "init", "(b) digits model at init"),
-                         (axes[2], "trained", "(c) digits model after training")):
+for ax, stage, title in ((axes[1], "init", f"(b) {task} model at init"),
+                         (axes[2], "trained", f"(c) {task} model after training")):
     m = metrics[(metrics.stage == stage) & (metrics.depth == L)]
     for variant in variants:
         q = m[m.variant == variant].groupby("layer").token_similarity.mean()
@@ -99,17 +103,17 @@ def tsim_last(table: pd.DataFrame, variant: str, depth: int | None = None) -> fl
 
 
 m_init = metrics[(metrics.stage == "init") & (metrics.depth == L)]
-e1_layer = int(init.layer.max())
 rows = []
 for variant in variants:
     acc = runs[runs.variant == variant].accuracy
+    sel = chosen[(chosen.task == task) & (chosen.variant == variant) & (chosen.depth == L)]
     rows.append({
         "variant": plotting.variant_label(variant),
+        "selected lr, warm-up": (f"{sel.peak_lr.iloc[0]:g}, {int(sel.warmup.iloc[0])}"
+                                 if len(sel) else "—"),
         f"accuracy at depth {L} (mean; seeds)": f"{acc.mean():.3f} ("
         + ", ".join(f"{a:.3f}" for a in acc) + ")",
-        f"t_sim at init, digits, layer {L}": f"{tsim_last(m_init, variant):.3f}",
-        f"t_sim at init, Gaussian (E1), layer {e1_layer}":
-            f"{tsim_last(init, variant):.3f}" if variant in set(init.variant) else "—",
+        f"t_sim at init, {task}, layer {L}": f"{tsim_last(m_init, variant):.3f}",
         "diverged runs": int(runs[runs.variant == variant].diverged.sum()),
     })
 summary_table = pd.DataFrame(rows)
@@ -126,8 +130,9 @@ pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]
 
 # %%
 description = (
-    f"{len(variants)} variants trained at depth {L} on {rivals['task']} with one optimiser "
-    f"recipe, {runs.seed.nunique()} seeds each. Mean test accuracy: "
+    f"{len(variants)} variants at depth {L} on {task}, each tuned on its own as an arm of E5 "
+    f"(peak lr {grid['lr']} × warm-up {grid['warmup']}, {grid['steps']} steps, selected on "
+    f"validation), {runs.seed.nunique()} fresh seeds each. Mean test accuracy: "
     + ", ".join(f"{plotting.variant_label(v)} {runs[runs.variant == v].accuracy.mean():.2f}"
                 for v in variants) + "."
 )
@@ -137,11 +142,12 @@ io.write_json(section(
     "Yu & Zhang; Nait Saada, Naderi & Tanner (ICML 2025); Noci et al. (NeurIPS 2022)",
     description,
     figures=[{"name": "rival_fixes", **fig_rivals, "caption":
-              f"(a) Test accuracy of each fix at depth {L} (bars: mean over seeds; dots: seeds; "
-              "dotted: chance). (b, c) Token similarity t_sim per layer of the same digits models "
-              "before and after training (mean over the fixed evaluation batch and seeds)."}],
-    tables=[{"caption": f"Accuracy at depth {L} and token similarity at the last layer at "
-             "initialisation, per fix.", "html": summary_table.to_html(index=False, border=0,
+              f"(a) Test accuracy of each fix at depth {L}, each tuned on its own (bars: mean "
+              "over seeds; dots: seeds; dotted: chance). (b, c) Token similarity t_sim per layer "
+              f"of the same {task} models before and after training (mean over the fixed "
+              "evaluation batch and seeds)."}],
+    tables=[{"caption": f"Selected setting, accuracy at depth {L} and token similarity at the "
+             "last layer at initialisation, per fix.", "html": summary_table.to_html(index=False, border=0,
                                                                        classes="data")}],
     measurements=measurements,
     numbers={"depth": L, "accuracy": runs.groupby("variant").accuracy.mean().to_dict()},

@@ -172,6 +172,11 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
             if name not in depths:
                 problems.append(f"depth_grid.depths: no depths for task {name!r}; give a list "
                                 "for every task or one per task in depth_grid.tasks")
+    experiments = config.get("report", {}).get("experiments", [])
+    if "E5b" in experiments and rivals.get("task", "digits") not in grid.get("tasks", []):
+        problems.append(f"rival_fixes.task: {rivals.get('task', 'digits')!r} is not in "
+                        f"depth_grid.tasks {grid.get('tasks', [])}: E5b's fixes are tuned as "
+                        "E5 arms at that task's deepest depth")
     for name in grid.get("placement_tasks", []):
         if name not in grid.get("tasks", []):
             problems.append(f"depth_grid.placement_tasks: {name!r} is not in depth_grid.tasks "
@@ -225,15 +230,14 @@ def _paths_problems(config: dict, defined: list[str]) -> list[str]:
         if model["width"] % model["heads"]:
             problems.append(f"paths.models.{task}.width={model['width']} is not divisible by "
                             f"heads={model['heads']}")
-    escalation, rivals = config.get("escalation", {}), config.get("rival_fixes", {})
-    # Only a (task, variant) pair trained by both would share results/train/ paths (E5's tuned
-    # runs live in results/tuned/).
+    escalation = config.get("escalation", {})
+    # Only a (task, variant) pair trained by both would share results/train/ paths (E5's and
+    # E5b's tuned runs live in results/tuned/).
     trained = {(escalation.get("task"), v) for v in escalation.get("variants", [])}
-    trained |= {(rivals.get("task"), v) for v in rivals.get("variants", [])}
     pairs = {(t, v) for t in paths.get("tasks", []) for v in paths.get("variants", [])} & trained
     shared, shared_variants = {t for t, _ in pairs}, {v for _, v in pairs}
     if pairs:
         problems.append(f"paths: task(s) {sorted(shared)} with variant(s) "
-                        f"{sorted(shared_variants)} are also trained by escalation/rival_fixes "
+                        f"{sorted(shared_variants)} are also trained by escalation "
                         "with other settings; use a differently named copy of the variant")
     return problems

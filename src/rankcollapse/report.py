@@ -87,11 +87,25 @@ def _e5_size(c: dict) -> str:
         survivors = 1 if rung == len(budgets) - 1 else -(-survivors // halving["eta"])
     method = ("every setting trained to the full budget (grid)" if len(budgets) == 1 else
               f"successive halving (eta {halving['eta']}, rungs of {_list(budgets)} steps)")
+    rivals = c.get("rival_fixes", {}).get("variants", []) if "E5b" in c.get("report", {}).get(
+        "experiments", []) else []
     return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
-            f"{depths}; placements {_list(g.get('placements', [])) or 'none'} at the deepest); "
+            f"{depths}; placements {_list(g.get('placements', [])) or 'none'}"
+            + (f" and E5b's rival fixes {_list(rivals)}" if rivals else "") + " at the deepest); "
             f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
             f"{method}, then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch "
             f"{g['batch']}: {len(arms) * (swept + _size(g['seeds']))} trained networks")
+
+
+def _e5b_size(c: dict) -> str:
+    """E5b: the rival fixes, tuned as E5 arms at the deepest depth of their task."""
+    from .trainplan import grid_depths
+
+    r, g = c["rival_fixes"], c["depth_grid"]
+    deepest = grid_depths(g, r["task"])[-1]
+    return (f"{_size(r['variants'])} rival fixes ({_list(r['variants'])}) tuned as E5 arms at "
+            f"{r['task']} depth {deepest}, beside E5's post_ln, pre_ln and post_ln_deesc there; "
+            f"{_size(g['seeds'])} fresh seeds each")
 
 
 def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
@@ -138,11 +152,7 @@ def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
             f"{c['escalation']['depth']} on {c['escalation']['task']}; width "
             f"{c['train']['width']}, {c['train']['steps']} steps"),
         "E5": lambda: ("depth_grid, train", _e5_size(c)),
-        "E5b": lambda: (
-            "rival_fixes, train",
-            f"{grid(c['rival_fixes'], 'variants', 'depths', 'seeds')} trained networks "
-            f"({_size(c['rival_fixes']['variants'])} variants × depths "
-            f"{_list(c['rival_fixes']['depths'])} × {_size(c['rival_fixes']['seeds'])} seeds)"),
+        "E5b": lambda: ("rival_fixes, depth_grid", _e5b_size(c)),
         "E6": lambda: ("particles", _particles_size(c["particles"])),
         "E7": lambda: ("—", "no runs of its own: reads E1's, E4/E5's and E6's tables"),
     }

@@ -1,6 +1,6 @@
 """The workflow's training grid as ensembles, planned from the config before any job runs.
 
-Every training experiment (E4, E5b, E2; E5 is tuned per arm: `tuned_runs`, at the end) asks
+Every training experiment (E4, E2; E5 and E5b are tuned per arm: `tuned_runs`, at the end) asks
 for runs of architectures (task, variant, depth) over seeds and optimiser settings. The config
 gives `lr`, `warmup` and `weight_decay` as a number or a list (a sweep); an experiment's members
 for one architecture are the product seeds x lr x warmup x weight_decay. All members of one
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, fields
 from .specs import MEMBER_FIELDS, ModelConfig, TrainConfig
 from .tasks import TaskSpec, task_spec
 
-# Experiments trained through the `train` rule; E5 is tuned per arm (`tuned_runs`, tuning.py).
-EXPERIMENTS = ("E4", "E5b", "E2")
+# Experiments trained through the `train` rule; E5 and E5b are tuned per arm (`tuned_runs`).
+EXPERIMENTS = ("E4", "E2")
 MODEL_KEYS = ("width", "heads", "mlp_ratio")
 # Keys of the `train` block that are not TrainConfig fields.
 PLAN_KEYS = ("eval_size", "gpu", "ensemble_memory_mb")
@@ -92,9 +92,6 @@ def _runs(config: dict, experiment: str) -> list[tuple[str, str, int, list[int]]
         p = config["paths"]
         return [(t, v, d, p["seeds"]) for t in p["tasks"] for v in p["variants"]
                 for d in p["depths"]]
-    if experiment == "E5b":
-        r = config["rival_fixes"]
-        return [(r["task"], v, d, r["seeds"]) for v in r["variants"] for d in r["depths"]]
     if experiment == "E4":
         e = config["escalation"]
         return [(e["task"], v, e["depth"], e["seeds"]) for v in e["variants"]]
@@ -280,7 +277,9 @@ def grid_depths(grid: dict, task: str) -> list[int]:
 
 def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
     """(task, variant, depth) of every E5 job: the grid's variants at each of the task's
-    depths, and the placement variants at its deepest depth (for placement_tasks)."""
+    depths, the placement variants at its deepest depth (for placement_tasks), and E5b's rival
+    fixes (`rival_fixes.variants`) at the deepest depth of `rival_fixes.task` when the report
+    includes E5b."""
     g = config["depth_grid"]
     runs = []
     for task in g["tasks"]:
@@ -289,6 +288,13 @@ def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
         if task in g.get("placement_tasks", []):
             runs += [(task, v, depths[-1]) for v in g.get("placements", [])
                      if (task, v, depths[-1]) not in runs]
+    rivals = config.get("rival_fixes", {})
+    if "E5b" in config.get("report", {}).get("experiments", []) and rivals.get("task") in \
+            g["tasks"]:
+        task = rivals["task"]
+        deepest = grid_depths(g, task)[-1]
+        runs += [(task, v, deepest) for v in rivals.get("variants", [])
+                 if (task, v, deepest) not in runs]
     return runs
 
 

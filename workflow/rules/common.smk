@@ -105,15 +105,15 @@ EXPERIMENTS = {
         },
         "settings": ["depth_grid", "train", "tasks"],
     },
-    # Rival fixes: accuracy at the deepest depth (trained through the train rule) and t_sim at
-    # init (E1's table, which runs the same variants).
+    # Rival fixes: tuned as E5 arms at its deepest digits depth, read from E5's tables (the same
+    # runs as E5's post-LN, pre-LN and de-escalation there).
     "E5b": {
         "notebook": "notebooks/05b_rival_fixes.ipynb",
         "tables": {
-            "metrics": "results/tables/E5b_metrics.parquet",
-            "init": "results/tables/E1_init.parquet",
+            "metrics": "results/tables/E5_metrics.parquet",
+            "tuning": "results/tables/E5_tuning.parquet",
         },
-        "settings": ["rival_fixes", "init_sweep", "train"],
+        "settings": ["rival_fixes", "depth_grid", "train"],
     },
     # E7 reads the other experiments' tables only: E1's random-init networks, E4/E5's trained
     # networks and E6's particle model at E1's sizes, where those experiments are in the run.
@@ -255,11 +255,11 @@ def train_gpu_mb(wildcards):
     return trainplan.job_memory_mb(config, ENSEMBLES[key]) if key in ENSEMBLES else 0
 
 
-# E5: one tuned job per (task, variant, depth), or per (task, variant) over its shallow depths
-# (depth_grid.merge_depths_up_to; rankcollapse.trainplan.tuned_jobs).
+# E5 (and E5b's rival fixes): one tuned job per (task, variant, depth), or per (task, variant)
+# over its shallow depths (depth_grid.merge_depths_up_to; rankcollapse.trainplan.tuned_jobs).
 TUNED = (
     {job.key: job for job in trainplan.tuned_jobs(config)}
-    if "E5" in config["report"]["experiments"]
+    if {"E5", "E5b"} & set(config["report"]["experiments"])
     else {}
 )
 TUNED_FILES = {
@@ -349,7 +349,7 @@ def report_pdf():
 
 
 def init_sweep_needed():
-    """Whether an experiment of the report reads E1's init-sweep table (E1, E4, E5b, E7 do): a
+    """Whether an experiment of the report reads E1's init-sweep table (E1, E4, E7 do): a
     report without them (e.g. diagnostics.yaml's E2, E3, E5) runs no init sweep."""
     return any(
         EXPERIMENTS[name]["tables"].get("init") == "results/tables/E1_init.parquet"
@@ -375,10 +375,10 @@ def benchmark_files(wildcards=None):
         ]
         particles.append("results/benchmarks/collect/E6.tsv")
     training = set()
-    for experiment in {"E4", "E5b"} & set(report_experiments()):
-        training |= set(train_files("train_benchmark", train_jobs(experiment)))
-        training.add(f"results/benchmarks/collect/{experiment}_metrics.tsv")
-    if "E5" in report_experiments():
+    if "E4" in report_experiments():
+        training |= set(train_files("train_benchmark", train_jobs("E4")))
+        training.add("results/benchmarks/collect/E4_metrics.tsv")
+    if {"E5", "E5b"} & set(report_experiments()):
         training |= set(tuned_files("train_benchmark"))
         training.add("results/benchmarks/collect/E5.tsv")
     if "E2" in report_experiments():

@@ -12,7 +12,7 @@ rule collect_train:
     benchmark:
         "results/benchmarks/collect/{experiment}_{kind}.tsv"
     wildcard_constraints:
-        experiment="E4|E5b",
+        experiment="E4",
         kind="metrics|history",
     conda:
         "../../envs/environment.yaml"
@@ -23,8 +23,8 @@ rule collect_train:
         "../scripts/collect_members.py"
 
 
-# E5's tables, in one job: per-layer metrics and histories of the final members, and every
-# member of every sweep with its role (tuning).
+# E5's tables (E5b reads them too), in one job: per-layer metrics and histories of the final
+# members, and every member of every sweep with its role (tuning).
 rule collect_tuned:
     input:
         unpack(tuned_tables),

@@ -1,4 +1,4 @@
-# E2/E4/E5/E5b training: one job per ensemble, all members (seeds x optimiser settings) of one
+# E2/E4 training: one job per ensemble, all members (seeds x optimiser settings) of one
 # (task, variant, depth) as one batched model, split into parts by train.ensemble_memory_mb.
 # A killed job resumes from the checkpoint.pt beside its outputs; a diverged member is
 # recorded (flagged, with its step) and the others go on. The same job then measures every

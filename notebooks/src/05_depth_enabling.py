@@ -83,7 +83,7 @@ print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements 
 # ## The sweep
 # Validation metric of every sweep member against its peak learning rate, one line per depth
 # (solid: the shorter warm-up, dashed: the longer), a panel per variant; the star marks the
-# selected setting of each depth, hollow with a red edge when the selection lies on an edge of
+# selected setting of each depth, larger with a red edge when the selection lies on an edge of
 # the grid that arm's sweep tried (its smallest or largest learning rate, warm-up or swept
 # weight decay): the optimum may then lie outside the grid. Diverged members are drawn at
 # chance. On text the validation
@@ -121,12 +121,12 @@ for row, task in zip(axes, tasks):
                           & (chosen.depth == depth)]
             for _, b in best.iterrows():
                 value = b.val_accuracy if task == "digits" else b.val_loss / np.log(2)
-                if (task, variant, depth) in on_edge:  # hollow, red-edged: on a grid edge
-                    ax.plot(b.peak_lr, value, "*", mfc="none", ms=13, mec="tab:red", mew=1.3,
-                            label=None if "on a grid edge" in ax.get_legend_handles_labels()[1]
-                            else "on a grid edge")
-                else:
-                    ax.plot(b.peak_lr, value, "*", color=color, ms=11, mec="k", mew=0.5)
+                edge = (task, variant, depth) in on_edge  # red-edged: on a grid edge
+                ax.plot(b.peak_lr, value, "*", color=color, ms=14 if edge else 11,
+                        mec="tab:red" if edge else "k", mew=1.8 if edge else 0.5)
+        if any((task, variant, d) in on_edge for d in depths):
+            ax.plot([], [], "*", color="w", ms=12, mec="tab:red", mew=1.8,
+                    label="selected on a grid edge")
         ax.set_xscale("log")
         ax.set_title(f"{task}: {plotting.variant_label(variant)}", fontsize=8)
         ax.set_xlabel("peak learning rate")
@@ -333,7 +333,7 @@ io.write_json(section(
         {"name": "sweep", **fig_sweep, "caption":
          "The sweep: validation metric against peak learning rate for each depth (colour) and "
          "warm-up (solid: shorter, dashed: longer), a panel per task and variant; stars: the "
-         "selected setting; hollow red-edged stars: a selection on an edge of the grid the "
+         "selected setting; larger red-edged stars: a selection on an edge of the grid the "
          "arm's sweep tried (its smallest or largest learning rate, warm-up or swept weight "
          "decay), whose optimum may lie outside the grid."},
         {"name": "tuned_vs_depth", **fig_acc, "caption":

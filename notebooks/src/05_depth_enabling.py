@@ -83,11 +83,20 @@ print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements 
 # ## The sweep
 # Validation metric of every sweep member against its peak learning rate, one line per depth
 # (solid: the shorter warm-up, dashed: the longer), a panel per variant; the star marks the
-# selected setting of each depth. Diverged members are drawn at chance. On text the validation
+# selected setting of each depth, larger with a red edge when the selection lies on an edge of
+# the grid that arm's sweep tried (its smallest or largest learning rate, warm-up or swept
+# weight decay): the optimum may then lie outside the grid. Diverged members are drawn at
+# chance. On text the validation
 # and test blocks are different parts of the manual, so their bits per character differ in
 # level (the validation block is harder); the selection compares settings on one block only.
 
 # %%
+from rankcollapse.trained import edge_mark, grid_edges
+
+# Arms whose selected setting is the smallest or largest value their sweep tried (all rungs).
+edges = grid_edges(tuning)
+edges["grid_edge"] = [edge_mark(r) for _, r in edges.iterrows()]
+on_edge = {(r.task, r.variant, r.depth) for r in edges[edges.grid_edge != ""].itertuples()}
 sweep = last_rungs(tuning)  # with successive halving: each setting at the last rung it reached
 warmups = sorted(sweep.warmup.unique())
 styles = dict(zip(warmups, ["-", "--", ":", "-."]))
@@ -112,7 +121,12 @@ for row, task in zip(axes, tasks):
                           & (chosen.depth == depth)]
             for _, b in best.iterrows():
                 value = b.val_accuracy if task == "digits" else b.val_loss / np.log(2)
-                ax.plot(b.peak_lr, value, "*", color=color, ms=11, mec="k", mew=0.5)
+                edge = (task, variant, depth) in on_edge  # red-edged: on a grid edge
+                ax.plot(b.peak_lr, value, "*", color=color, ms=14 if edge else 11,
+                        mec="tab:red" if edge else "k", mew=1.8 if edge else 0.5)
+        if any((task, variant, d) in on_edge for d in depths):
+            ax.plot([], [], "*", color="w", ms=12, mec="tab:red", mew=1.8,
+                    label="selected on a grid edge")
         ax.set_xscale("log")
         ax.set_title(f"{task}: {plotting.variant_label(variant)}", fontsize=8)
         ax.set_xlabel("peak learning rate")
@@ -233,14 +247,25 @@ def fmt(row):
     return f"{row['mean']:.3f} [{row.low:.3f}, {row.high:.3f}]{d}"
 
 
-table = summary.merge(chosen, on=["task", "variant", "depth"], how="left")
+table = summary.merge(chosen, on=["task", "variant", "depth"], how="left").merge(
+    edges, on=["task", "variant", "depth"], how="left")
+edge_columns = ["lr_edge", "warmup_edge", "weight_decay_edge", "grid_edge"]
+table[edge_columns] = table[edge_columns].fillna("")
 table = table.assign(
     arm=table.variant.map(plotting.variant_label), test=[fmt(r) for _, r in table.iterrows()],
     lr=table.peak_lr.map(lambda v: f"{v:g}"), warmup=table.warmup.astype("Int64"))
-shown = table[["task", "arm", "depth", "lr", "warmup", "tuned_by", "test", "seeds"]].rename(
+shown = table[["task", "arm", "depth", "lr", "warmup", "tuned_by", "grid_edge", "test",
+               "seeds"]].rename(
     columns={"test": "test metric, mean [95% interval]", "lr": "selected lr",
-             "warmup": "selected warm-up", "tuned_by": "selected by"})
+             "warmup": "selected warm-up", "tuned_by": "selected by", "grid_edge": "grid edge"})
 table_html = shown.to_html(index=False, border=0, classes="data")
+edge_arms = table[table.grid_edge != ""]
+edge_count = (f"{len(edge_arms)} of {len(table)} arms selected a setting on an edge of the "
+              "grid their sweep tried")
+edge_list = "; ".join(f"{r.task} {r.arm} L = {r.depth} ({r.grid_edge})"
+                      for r in edge_arms.itertuples())
+edge_line = f"{edge_count}: {edge_list}" if len(edge_arms) else edge_count
+print(edge_line)
 shown
 
 # %% [markdown]
@@ -298,7 +323,7 @@ description = (
     f"{' / '.join(sorted(chosen.tuned_by.unique()))}, then {n_seeds} fresh seeds at "
     f"the selected setting; intervals: {method}. "
     + ". ".join(deepest_text(t) for t in tasks)
-    + f". {int(runs.diverged.sum())} of {len(runs)} final runs diverged."
+    + f". {int(runs.diverged.sum())} of {len(runs)} final runs diverged. {edge_count}."
 )
 print(description)
 io.write_json(section(
@@ -308,7 +333,9 @@ io.write_json(section(
         {"name": "sweep", **fig_sweep, "caption":
          "The sweep: validation metric against peak learning rate for each depth (colour) and "
          "warm-up (solid: shorter, dashed: longer), a panel per task and variant; stars: the "
-         "selected setting."},
+         "selected setting; larger red-edged stars: a selection on an edge of the grid the "
+         "arm's sweep tried (its smallest or largest learning rate, warm-up or swept weight "
+         "decay), whose optimum may lie outside the grid."},
         {"name": "tuned_vs_depth", **fig_acc, "caption":
          f"Tuned test metric against depth per variant: mean over {n_seeds} fresh seeds (line), "
          f"{method} (band), single seeds (dots), diverged runs (crosses); diamonds: the "
@@ -321,7 +348,9 @@ io.write_json(section(
          "Training loss of the final seeds (mean over seeds, 20-step running mean)."},
     ],
     tables=[{"caption": "Selected learning rate and warm-up per arm and its tuned test metric "
-             f"(mean over seeds [{method}]).", "html": table_html},
+             f"(mean over seeds [{method}]); grid edge: which selected values are the smallest "
+             "(low) or largest (high) value the arm's sweep tried, a setting swept over one "
+             f"value never counting. {edge_line}.", "html": table_html},
             {"caption": "Per task and depth: tuned test metric of post-LN, pre-LN and "
              "de-escalation (mean over seeds), the post-LN → pre-LN gap, the share of it that "
              "de-escalation recovers, and whether the registered recovery claim (gap ≥ "
@@ -329,5 +358,7 @@ io.write_json(section(
              f"{e5_claims.MEASURABLE_GAP:g}) count that depth.", "html": gaps_html}],
     measurements=measurements,
     numbers={"arms": table.drop(columns=["arm", "test"]).to_dict(orient="records"),
+             "grid_edges": edge_arms[["task", "variant", "depth", *edge_columns]].to_dict(
+                 orient="records"),
              "runs": runs.drop(columns=["test_loss"]).to_dict(orient="records")},
 ), numbers_path)

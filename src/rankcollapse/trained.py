@@ -110,6 +110,47 @@ def last_rungs(tuning: pd.DataFrame) -> pd.DataFrame:
     return sweep[sweep.rung == top].copy()
 
 
+# The swept settings a selection can sit on the edge of: (tuning column, edge column, name).
+EDGE_SETTINGS = (("peak_lr", "lr_edge", "lr"), ("warmup", "warmup_edge", "warm-up"),
+                 ("weight_decay", "weight_decay_edge", "weight decay"))
+
+
+def grid_edges(tuning: pd.DataFrame) -> pd.DataFrame:
+    """One row per tuned arm (task, variant, depth, as `selected_settings`): for each swept
+    setting, whether the selected value is the smallest ("low") or the largest ("high") value
+    that arm's sweep tried, or neither (""). An arm selected on an edge has not been tuned in
+    that setting: its optimum may lie outside the grid. The grid is the values the arm's sweep
+    actually trained (every rung's rows: successive halving drops settings in later rungs, so
+    the full grid is rung 0's), not the configuration; a setting swept over a single value is
+    never an edge (nothing was swept). Columns: task, variant, depth, lr_edge, warmup_edge,
+    weight_decay_edge."""
+    keys = ["task", "variant", "depth"]
+    columns = [*keys, *(edge for _, edge, _ in EDGE_SETTINGS)]
+    chosen = selected_settings(tuning)
+    sweep = tuning[tuning.role == "sweep"]
+    rows = []
+    for arm in chosen.itertuples(index=False):
+        tried = sweep[(sweep.task == arm.task) & (sweep.variant == arm.variant)
+                      & (sweep.depth == arm.depth)]
+        row = {"task": arm.task, "variant": arm.variant, "depth": arm.depth}
+        for column, edge, _ in EDGE_SETTINGS:
+            values = np.unique(tried[column].dropna().to_numpy(float))
+            value = float(getattr(arm, column))
+            row[edge] = ("" if len(values) < 2 else
+                         "low" if np.isclose(value, values[0], rtol=1e-9, atol=0) else
+                         "high" if np.isclose(value, values[-1], rtol=1e-9, atol=0) else "")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def edge_mark(edges: pd.Series | dict) -> str:
+    """A short mark for a table of one row of `grid_edges`: e.g. "lr at low edge; warm-up at
+    high edge", empty when every selected value lies inside its grid."""
+    get = edges.get
+    return "; ".join(f"{name} at {get(edge)} edge" for _, edge, name in EDGE_SETTINGS
+                     if get(edge) in ("low", "high"))
+
+
 def blank_patch_share(task_options: dict) -> float:
     """Share of the digits patches (train, validation and test) whose features are all zero."""
     import torch

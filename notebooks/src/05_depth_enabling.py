@@ -69,6 +69,8 @@ runs = final_accuracy(metrics)
 tasks = [t for t in grid["tasks"] if t in set(runs.task)]
 placements = [v for v in grid.get("placements", []) if v in set(runs.variant)]
 variants = [v for v in grid["variants"] if v in set(runs.variant)]
+# Other arms at the deepest depth: E5b's rival fixes, tuned here as E5 arms (E5b compares them).
+others = sorted(set(runs.variant) - set(variants) - set(placements))
 METRIC = {"digits": ("accuracy", "test accuracy", "val_accuracy", "validation accuracy"),
           "text": ("bpc", "test bits per character", "val_bpc", "validation bits per character")}
 tuning["val_bpc"] = tuning.val_loss / np.log(2)
@@ -82,13 +84,14 @@ print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements 
 # %% [markdown]
 # ## The sweep
 # Validation metric of every sweep member against its peak learning rate, one line per depth
-# (solid: the shorter warm-up, dashed: the longer), a panel per variant; the star marks the
-# selected setting of each depth, larger with a red edge when the selection lies on an edge of
-# the grid that arm's sweep tried (its smallest or largest learning rate, warm-up or swept
-# weight decay): the optimum may then lie outside the grid. Diverged members are drawn at
-# chance. On text the validation
-# and test blocks are different parts of the manual, so their bits per character differ in
-# level (the validation block is harder); the selection compares settings on one block only.
+# and warm-up (solid, dashed, dotted: shortest to longest warm-up), a panel per arm; the star
+# marks the selected setting of each depth, larger with a red edge when the selection lies on an
+# edge of the grid that arm's sweep tried (its smallest or largest learning rate, warm-up or
+# swept weight decay): the optimum may then lie outside the grid. With successive halving each
+# setting is drawn at the last rung it reached. Diverged members are drawn at chance. On text the
+# validation and test blocks are different parts of the manual, so their bits per character
+# differ in level (the validation block is harder); the selection compares settings on one
+# block only.
 
 # %%
 from rankcollapse.trained import edge_mark, grid_edges
@@ -100,7 +103,7 @@ on_edge = {(r.task, r.variant, r.depth) for r in edges[edges.grid_edge != ""].it
 sweep = last_rungs(tuning)  # with successive halving: each setting at the last rung it reached
 warmups = sorted(sweep.warmup.unique())
 styles = dict(zip(warmups, ["-", "--", ":", "-."]))
-arms = variants + placements
+arms = variants + placements + others
 fig, axes = plt.subplots(len(tasks), len(arms), figsize=(3.3 * len(arms), 3.2 * len(tasks)),
                          squeeze=False, constrained_layout=True, sharex=True)
 for row, task in zip(axes, tasks):

@@ -142,6 +142,44 @@ def fmt_fits(df):
 table_html = fmt_fits(fits)
 
 # %% [markdown]
+# ## At E5's deepest depth
+# The same per-layer view for E5's tuned networks at the deepest depth of its grid on
+# `escalation.task` (each arm tuned on its own, its fresh seeds; E5b's rival fixes included when
+# they trained there): where post-LN's tokens grow alike and whether de-escalation stops it at
+# the depth where post-LN's training fails. Shown when the report includes E5.
+
+# %%
+deep_depth, fig_deep = None, None
+if "deep" in tables:
+    deep = io.read_parquet(tables["deep"])
+    deep = deep[deep.task == esc["task"]]
+    deep_depth = int(deep.depth.max()) if len(deep) else None
+if deep_depth is not None:
+    deep = deep[deep.depth == deep_depth]
+    deep_variants = [v for v in ("post_ln", "pre_ln", "post_ln_deesc") if v in set(deep.variant)]
+    deep_variants += sorted(set(deep.variant) - set(deep_variants))
+    fig, axes = plt.subplots(2, 2, figsize=(10, 6.5), constrained_layout=True, sharey="row")
+    for col, stage in enumerate(("init", "trained")):
+        t = deep[deep.stage == stage]
+        for variant in deep_variants:
+            tv = t[t.variant == variant].assign(t_div=lambda d: 1 - d.token_similarity)
+            if tv.token_similarity.notna().any():
+                band(axes[0, col], tv, "token_similarity", variant)
+                band(axes[1, col], tv, "t_div", variant, log=True)
+        axes[0, col].set_title(f"{'at init' if stage == 'init' else 'after training'}, "
+                               f"{esc['task']}, depth {deep_depth} (E5, tuned)")
+        axes[1, col].set_yscale("log")
+        axes[1, col].set_ylim(5e-10, 2)
+        axes[1, col].axhline(EPS32, color="grey", ls=":", lw=1)
+        axes[1, col].set_xlabel("layer l")
+        axes[1, col].xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("token similarity t_sim")
+    axes[1, 0].set_ylabel("t_div = 1 − t_sim (log)")
+    axes[0, 0].set_ylim(-0.02, 1.02)
+    axes[0, 1].legend(frameon=False, fontsize=7, loc="best")
+    fig_deep = plotting.save(fig, figures_dir, "tsim_per_layer_deep")
+
+# %% [markdown]
 # ## The spectral gap of attention
 # |λ₂| of every attention matrix (averaged over heads) per layer, at init and after training on
 # the task's test images; 1 − |λ₂| is the spectral gap. Right: all layers pooled after training.
@@ -280,7 +318,11 @@ io.write_json(section(
         {"name": "tsim_per_sublayer", **fig_sublayer, "caption":
          "t_sim per layer after the whole block (solid) and after its attention sublayer "
          "(dotted), median over sequences and seeds, at init and after training."},
-    ],
+    ] + ([{"name": "tsim_per_layer_deep", **fig_deep, "caption":
+           f"t_sim (top) and t_div (bottom, log scale) per layer of E5's tuned {esc['task']} "
+           f"networks at its deepest depth, {deep_depth}, at init and after training: median "
+           "and 10–90 % band over sequences and the fresh seeds; dotted: float32 round-off."}]
+         if fig_deep else []),
     tables=[{"caption": "Fits of the seed-mean t_sim per layer: log t_div = a + b·l (ρ = e^b "
              "per layer) and t_sim = a + b·l, with R² of each.", "html": table_html}]
     + ([{"caption": "Layer-0 t_sim of post-LN models at init (mean, min and max over seeds) "
@@ -291,6 +333,7 @@ io.write_json(section(
     numbers={"fits": fits.to_dict(orient="records"), "diverged_variants": diverged,
              "median_lambda2_trained": median_lambda2.to_dict(),
              "depth": esc["depth"], "seeds": int(metrics.seed.nunique()),
+             "deep_depth": deep_depth,
              "blank_share": blank,
              "layer0_tsim": layer0_table["mean"].to_dict() if is_digits else {}},
 ), numbers_path)

@@ -70,13 +70,19 @@ EXPERIMENTS = {
         },
         "settings": ["particles"],
     },
-    # E4 also reads E1's table: the same variants at init on random Gaussian sequences.
+    # E4 also reads E1's table (the same variants at init on random Gaussian sequences) and,
+    # with E5 in the report, E5's tuned networks at its deepest depth.
     "E4": {
         "notebook": "notebooks/04_similarity_escalation.ipynb",
         "tables": {
             "metrics": "results/tables/E4_metrics.parquet",
             "init": "results/tables/E1_init.parquet",
-        },
+        }
+        | (
+            {"deep": "results/tables/E5_metrics.parquet"}
+            if "E5" in config["report"]["experiments"]
+            else {}
+        ),
         "settings": ["escalation", "train", "tasks"],
     },
     # E2 and E3 also read the figures of Dong et al.'s original code (a tracked reference).

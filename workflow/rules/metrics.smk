@@ -6,11 +6,11 @@ rule collect_train:
     input:
         train_tables,
     output:
-        "results/tables/{experiment}_{kind}.parquet",
+        RESULTS + "/tables/{experiment}_{kind}.parquet",
     log:
-        "results/logs/collect/{experiment}_{kind}.log",
+        RESULTS + "/logs/collect/{experiment}_{kind}.log",
     benchmark:
-        "results/benchmarks/collect/{experiment}_{kind}.tsv"
+        RESULTS + "/benchmarks/collect/{experiment}_{kind}.tsv"
     wildcard_constraints:
         experiment="E4|E5b",
         kind="metrics|history",
@@ -29,13 +29,13 @@ rule collect_tuned:
     input:
         unpack(tuned_tables),
     output:
-        metrics="results/tables/E5_metrics.parquet",
-        history="results/tables/E5_history.parquet",
-        tuning="results/tables/E5_tuning.parquet",
+        metrics=RESULTS + "/tables/E5_metrics.parquet",
+        history=RESULTS + "/tables/E5_history.parquet",
+        tuning=RESULTS + "/tables/E5_tuning.parquet",
     log:
-        "results/logs/collect/E5.log",
+        RESULTS + "/logs/collect/E5.log",
     benchmark:
-        "results/benchmarks/collect/E5.tsv"
+        RESULTS + "/benchmarks/collect/E5.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

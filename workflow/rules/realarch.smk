@@ -5,11 +5,11 @@
 
 rule realarch:
     output:
-        "results/realarch/{model}.parquet",
+        RESULTS + "/realarch/{model}.parquet",
     log:
-        "results/logs/realarch/{model}.log",
+        RESULTS + "/logs/realarch/{model}.log",
     benchmark:
-        "results/benchmarks/realarch/{model}.tsv"
+        RESULTS + "/benchmarks/realarch/{model}.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -23,11 +23,11 @@ rule collect_realarch:
     input:
         realarch_tables,
     output:
-        "results/tables/E1b_realarch.parquet",
+        RESULTS + "/tables/E1b_realarch.parquet",
     log:
-        "results/logs/collect/E1b_realarch.log",
+        RESULTS + "/logs/collect/E1b_realarch.log",
     benchmark:
-        "results/benchmarks/collect/E1b_realarch.tsv"
+        RESULTS + "/benchmarks/collect/E1b_realarch.tsv"
     conda:
         "../../envs/environment.yaml"
     threads: 1

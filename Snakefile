@@ -27,5 +27,5 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        REPORT + ".html",
+        f"{REPORT}.html",
         report_pdf(),

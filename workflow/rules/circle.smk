@@ -5,11 +5,11 @@
 
 rule circle:
     output:
-        RESULTS + "/circle/w{width}.parquet",
+        results("circle/w{width}.parquet"),
     log:
-        RESULTS + "/logs/circle/w{width}.log",
+        results("logs/circle/w{width}.log"),
     benchmark:
-        RESULTS + "/benchmarks/circle/w{width}.tsv"
+        results("benchmarks/circle/w{width}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -23,11 +23,11 @@ rule collect_circle:
     input:
         circle_tables,
     output:
-        RESULTS + "/tables/E3_circle.parquet",
+        results("tables/E3_circle.parquet"),
     log:
-        RESULTS + "/logs/collect/E3_circle.log",
+        results("logs/collect/E3_circle.log"),
     benchmark:
-        RESULTS + "/benchmarks/collect/E3_circle.tsv"
+        results("benchmarks/collect/E3_circle.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

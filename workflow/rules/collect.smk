@@ -5,11 +5,11 @@ rule collect_init:
     input:
         init_sweep_tables,
     output:
-        RESULTS + "/tables/E1_init.parquet",
+        results("tables/E1_init.parquet"),
     log:
-        RESULTS + "/logs/collect/E1_init.log",
+        results("logs/collect/E1_init.log"),
     benchmark:
-        RESULTS + "/benchmarks/collect/E1_init.tsv"
+        results("benchmarks/collect/E1_init.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -5,15 +5,15 @@
 rule report:
     input:
         numbers=expand(
-            RESULTS + "/numbers/{experiment}.json", experiment=report_experiments()
+            results("numbers/{experiment}.json"), experiment=report_experiments()
         ),
-        figures=expand(FIGURES + "/{experiment}", experiment=report_experiments()),
+        figures=expand(figures("{experiment}"), experiment=report_experiments()),
         benchmarks=benchmark_files,
         registry="workflow/claims.yaml",
         template="report/templates/report.html.j2",
         style="report/templates/report.css",
     output:
-        html=REPORT + ".html",
+        html=f"{REPORT}.html",
         pdf=[
             report(
                 path,
@@ -23,7 +23,7 @@ rule report:
             for path in report_pdf()
         ],
     log:
-        RESULTS + "/logs/report.log",
+        results("logs/report.log"),
     conda:
         "../../envs/environment.yaml"
     threads: 1

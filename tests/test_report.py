@@ -103,3 +103,25 @@ def test_snakemake_report_builds(ci_run):
         for figure in section["figures"]:
             assert Path(figure["png"]).name in html, figure["png"]
     assert report_file(ci_run, CI, ".pdf").name in html
+
+
+def test_wall_times_find_the_rule_under_any_config_root(tmp_path):
+    """The provenance table's rule is the folder under the config's benchmarks folder: results/
+    benchmarks/<rule>/ (default) or results/<name>/benchmarks/<rule>/, even with a folder named
+    benchmarks above the project."""
+    from rankcollapse.report import wall_times
+
+    paths = []
+    for rel, seconds in [("results/benchmarks/init/san.tsv", 1.0),
+                         ("results/ci/benchmarks/train/digits/post_ln/L2/part0.tsv", 2.0),
+                         ("results/ci/benchmarks/train/digits/san/L2/part0.tsv", 3.0),
+                         ("benchmarks/project/results/ci/benchmarks/notebooks/E1.tsv", 4.0)]:
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"s\th:m:s\n{seconds}\t0:00:01\n")
+        paths.append(path)
+    times = wall_times(paths).set_index("stage")
+    assert times.to_dict("index") == {
+        "init": {"jobs": 1, "total_s": 1.0, "max_s": 1.0},
+        "train": {"jobs": 2, "total_s": 5.0, "max_s": 3.0},
+        "notebooks": {"jobs": 1, "total_s": 4.0, "max_s": 4.0}}

@@ -82,6 +82,28 @@ def test_configs_write_disjoint_outputs_each_under_its_own_roots(project):
                 assert not shared, f"{a} and {b} share {sorted(shared)[:5]}"
 
 
+@pytest.mark.realrun
+@pytest.mark.slow
+def test_two_configs_run_one_after_another_both_keep_their_report_and_tables(project):
+    """E1 alone at CI sizes (about a minute of CPU for both runs), as ci.yaml's `ci`, then the
+    same settings named `default`: the second run leaves the first one's report and tables as
+    they were, and the first config still has nothing to do."""
+    (project / "e1_only.yaml").write_text("report: {experiments: [E1], pdf: true}\n")
+    (project / "named_default.yaml").write_text("name: default\n")
+    ci = ("--cores", "2", "--configfile", "workflow/config/ci.yaml", "e1_only.yaml")
+    run_snakemake(project, *ci)
+    first = [report_file(project, CI, ".html"), report_file(project, CI, ".pdf"),
+             *sorted((results_dir(project, CI) / "tables").glob("*.parquet"))]
+    before = {path: path.read_bytes() for path in first}
+    assert len(before) > 2
+    run_snakemake(project, *ci, "named_default.yaml")
+    assert {path: path.read_bytes() for path in first} == before
+    for path in (report_file(project, "default", ".html"), report_file(project, "default", ".pdf"),
+                 results_dir(project, "default") / "tables/E1_init.parquet"):
+        assert path.stat().st_size > 1000, path
+    assert "Nothing to be done" in run_snakemake(project, "-n", *ci).stdout
+
+
 def test_ci_run_builds_the_report_and_every_figure(ci_run):
     html = report_file(ci_run, CI, ".html").read_text()
     pdf = report_file(ci_run, CI, ".pdf").read_bytes()

@@ -17,6 +17,9 @@ FAST_MARKERS := not realrun and not slurm and not slow
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
+# Where CONFIG writes (its `name`: rankcollapse.config.output_roots): report/report for the
+# default config, report/<name> for the others; read only by the recipes that print it.
+ROOT_OF = $(shell PYTHONPATH=src $(PY) -m rankcollapse.config $(1) workflow/config/default.yaml $(CONFIG))
 RUFF := $(PY) -m ruff check src tests workflow/scripts benchmarks
 SNAKEFMT := $(VENV)/bin/snakefmt --check Snakefile workflow/rules
 
@@ -24,6 +27,7 @@ SNAKEFMT := $(VENV)/bin/snakefmt --check Snakefile workflow/rules
 
 help:
 	@echo "make reproduce   set up .venv, run the workflow (CORES=$(CORES)), build report/report.{html,pdf}"
+	@echo "                 (CONFIG with name: <name>: results/<name>/ and report/<name>.{html,pdf})"
 	@echo "make snakemake-report  Snakemake's own report of the last run: report/snakemake-report.html"
 	@echo "make test        set up .venv, run the whole test suite (what CI runs)"
 	@echo "make test-fast   lint, unit and property tests, dry-runs: no real workflow run (under 2 min)"
@@ -45,13 +49,13 @@ $(STAMP): envs/requirements.txt envs/constraints.txt pyproject.toml
 
 reproduce: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) $(CONFIG_ARG) $(SNAKEMAKE_ARGS)
-	@echo "Report: report/report.html and report/report.pdf"
+	@echo "Report: $(call ROOT_OF,report).html and $(call ROOT_OF,report).pdf (results in $(call ROOT_OF,results)/)"
 
 # Snakemake's own report (figures by experiment, run times, rule graph, provenance) of the last
 # `make reproduce` with the same CONFIG: it reads the run's metadata and reruns nothing.
 snakemake-report: $(STAMP)
-	$(VENV)/bin/snakemake --cores $(CORES) $(CONFIG_ARG) $(SNAKEMAKE_ARGS) --report report/snakemake-report.html
-	@echo "Report: report/snakemake-report.html"
+	$(VENV)/bin/snakemake --cores $(CORES) $(CONFIG_ARG) $(SNAKEMAKE_ARGS) --report $(call ROOT_OF,snakemake_report)
+	@echo "Report: $(call ROOT_OF,snakemake_report)"
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -89,4 +93,4 @@ dryrun: $(STAMP)
 	$(VENV)/bin/snakemake -n --cores $(CORES) $(CONFIG_ARG)
 
 clean-results:
-	rm -rf results report/report.html report/report.pdf report/snakemake-report.html report/figures
+	rm -rf results report/*.html report/*.pdf report/figures report/*/figures report/*/snakemake-report.html

@@ -27,5 +27,5 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        "report/report.html",
+        f"{REPORT}.html",
         report_pdf(),

@@ -2,8 +2,9 @@
 
 This benchmark starts nothing: it reads the records of a run that has already finished, in the
 folder given by B8_RUN_DIR (default: this checkout), e.g. after `make reproduce` on a fresh
-clone on an otherwise quiet machine. Run it on a folder holding a *default-config* run; it
-cannot tell which config made the records.
+clone on an otherwise quiet machine. It reads the default config's records (results/benchmarks;
+a config with another `name` writes under results/<name>/), but Snakemake's logs under
+.snakemake/log are shared by every config: run it on a folder holding a *default-config* run.
 
 - From Snakemake's own log of the run (B8_LOG, or the complete log under .snakemake/log with
   the most steps, the latest among equals): its "Elapsed time" (start to end of the workflow,

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from rankcollapse.config import config_name, output_roots
+
 # One thread per process for torch, OpenMP and BLAS, here and in every process a test starts: the
 # real runs below share the machine's cores with the unit tests, and an oversubscribed OpenMP
 # runtime spins (CI measured unit tests 15x slower than alone). Jobs still set their own torch
@@ -35,6 +37,22 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+# Each config writes under its own name (rankcollapse.config.output_roots): the default config
+# in results/ and report/report.{html,pdf}, ci.yaml in results/ci/ and report/ci.{html,pdf}, the
+# smoke config (ci.yaml, then smoke.yaml) in results/smoke/ and report/smoke.{html,pdf}.
+CI = config_name([ROOT / "workflow/config/ci.yaml"])
+SMOKE_NAME = config_name([ROOT / "workflow/config/ci.yaml", ROOT / "workflow/config/smoke.yaml"])
+
+
+def results_dir(run: Path, name: str) -> Path:
+    """The results folder of the config `name` in the project copy `run`."""
+    return run / output_roots({"name": name}).results
+
+
+def report_file(run: Path, name: str, suffix: str = ".html") -> Path:
+    """The report (suffix .html or .pdf) of the config `name` in the project copy `run`."""
+    return run / (output_roots({"name": name}).report + suffix)
 
 
 def project_files(root: Path = ROOT) -> list[Path]:
@@ -390,7 +408,8 @@ def run_until(work: Path, marker_dir: str, args: tuple[str, ...], timeout: float
             proc.wait()
 
 
-KILL_POINTS = ("results/logs/init", "results/logs/train", "results/logs/notebooks")
+KILL_POINTS = tuple(f"{output_roots({'name': SMOKE_NAME}).results}/logs/{stage}"
+                    for stage in ("init", "train", "notebooks"))
 
 
 def _smoke_killed_run(config: pytest.Config, cleanups: list) -> tuple[Path, list[str]]:
@@ -437,30 +456,33 @@ def smoke_reference(request) -> Path:
     return request.getfixturevalue("smoke_local")
 
 
-def assert_same_results(a: Path, b: Path) -> None:
-    """Two runs of one config give identical tables (exactly) and claim measurements."""
+def assert_same_results(a: Path, b: Path, name: str) -> None:
+    """Two runs of one config (named `name`) give identical tables (exactly) and claim
+    measurements."""
     import pandas as pd
 
-    ta = {p.name: pd.read_parquet(p) for p in sorted((a / "results/tables").glob("*.parquet"))}
-    tb = {p.name: pd.read_parquet(p) for p in sorted((b / "results/tables").glob("*.parquet"))}
+    ta = {p.name: pd.read_parquet(p)
+          for p in sorted((results_dir(a, name) / "tables").glob("*.parquet"))}
+    tb = {p.name: pd.read_parquet(p)
+          for p in sorted((results_dir(b, name) / "tables").glob("*.parquet"))}
     assert ta.keys() == tb.keys() and ta
-    for name in ta:
-        pd.testing.assert_frame_equal(ta[name], tb[name], check_exact=True, obj=name)
-    ca, cb = claims_in(a), claims_in(b)
+    for table in ta:
+        pd.testing.assert_frame_equal(ta[table], tb[table], check_exact=True, obj=table)
+    ca, cb = claims_in(a, name), claims_in(b, name)
     assert ca and [(c["id"], c["values"]) for c in ca] == [(c["id"], c["values"]) for c in cb]
 
 
-def claims_in(run: Path) -> list[dict]:
-    """Every claim a run's notebooks measured: {"id", "statement", "values"} per claim, the
-    statement from the claims registry and "values" what must be identical between two runs of
-    the same config."""
+def claims_in(run: Path, name: str) -> list[dict]:
+    """Every claim the notebooks of a run of the config `name` measured: {"id", "statement",
+    "values"} per claim, the statement from the claims registry and "values" what must be
+    identical between two runs of the same config."""
     import json
 
     from rankcollapse.claims import load_registry
 
     registry = load_registry(run / "workflow/claims.yaml")
     out = []
-    for path in sorted((run / "results/numbers").glob("E*.json")):
+    for path in sorted((results_dir(run, name) / "numbers").glob("E*.json")):
         section = json.loads(path.read_text())
         for m in section.get("measurements", []):
             out.append({"id": m["id"], "statement": registry[m["id"]].statement,

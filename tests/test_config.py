@@ -11,7 +11,14 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from rankcollapse.config import ConfigError, check_config, check_schema, load_schema
+from rankcollapse.config import (
+    RESERVED_NAMES,
+    ConfigError,
+    check_config,
+    check_schema,
+    load_schema,
+    output_roots,
+)
 
 from conftest import copy_project, run_snakemake
 
@@ -38,6 +45,11 @@ BAD_CONFIGS = [
     ("unknown_experiment", "report: {experiments: [E99]}\n", ["report.experiments[0]", "E99"]),
     ("bad_device", "device: tpu\n", ["device", "'cuda'"]),
     ("variant_missing_switch", "variants: {half: {skip: true}}\n", ["variants.half", "mlp"]),
+    # A config's name picks its output root: none may land in the default's folders or elsewhere
+    ("name_is_a_results_folder", "name: tables\n", ["name: 'tables'", "overwrite", "another name"]),
+    ("name_is_the_report", "name: report\n", ["name: 'report'", "overwrite"]),
+    ("name_leaves_results", "name: ../elsewhere\n", ["name", "does not match", "^[a-z]"]),
+    ("name_with_a_slash", "name: ci/x\n", ["name", "does not match"]),
     ("zero_training_steps", "train: {steps: 0}\n", ["train.steps", "minimum"]),
     ("empty_depth_grid", "depth_grid: {depths: []}\n", ["depth_grid.depths", "non-empty"]),
     ("unknown_task", "escalation: {task: imagenet}\n", ["escalation.task", "imagenet", "digits"]),
@@ -210,3 +222,37 @@ def test_planning_the_workflow_imports_neither_torch_nor_pandas():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_output_roots_keep_the_default_where_it_was_and_give_each_other_name_its_own():
+    assert tuple(output_roots({})) == tuple(output_roots({"name": "default"})) == (
+        "results", "report/report", "report/figures", "report/snakemake-report.html")
+    assert output_roots({"name": "ci"}) == ("results/ci", "report/ci", "report/ci/figures",
+                                            "report/ci/snakemake-report.html")
+    for name in ("default", "ci", "smoke", "diagnostics", "paper", "my-run_2"):
+        check_config({**DEFAULT, "name": name})
+
+
+def test_reserved_names_cover_every_folder_the_rules_write_under_results():
+    """A new rule folder under RESULTS must be refused as a config name too."""
+    import re
+
+    rules = [ROOT / "Snakefile", *sorted((ROOT / "workflow/rules").glob("*.smk"))]
+    text = "\n".join(p.read_text() for p in rules)
+    folders = set(re.findall(r'\bresults\(f?"([A-Za-z0-9_-]+)/', text))
+    assert {"tables", "train", "logs", "benchmarks", "numbers", "notebooks"} <= folders
+    assert folders <= RESERVED_NAMES, folders - RESERVED_NAMES
+    assert not re.search(r'(?<![\w/.])f?"(results|report)/(?!templates/)', text), \
+        "an output path not built by results(), figures() or from REPORT (common.smk)"
+
+
+@pytest.mark.parametrize(("files", "name"), [
+    ([], "default"), (["ci.yaml"], "ci"), (["ci.yaml", "smoke.yaml"], "smoke"),
+    (["diagnostics.yaml"], "diagnostics"), (["paper.yaml"], "paper")])
+def test_make_prints_the_report_paths_of_config(files, name):
+    """The Makefile's messages (`python -m rankcollapse.config FIELD FILES`)."""
+    config = ROOT / "workflow/config"
+    out = subprocess.run([sys.executable, "-m", "rankcollapse.config", "report",
+                          str(config / "default.yaml"), *(str(config / f) for f in files)],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ("report/report" if name == "default" else f"report/{name}")

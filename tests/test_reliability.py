@@ -10,7 +10,7 @@ from rankcollapse import io, notebooks
 from rankcollapse.model import PRESETS
 from rankcollapse.sweep import init_sweep
 
-from conftest import SMOKE, assert_same_results, run_snakemake
+from conftest import SMOKE, SMOKE_NAME, assert_same_results, results_dir, run_snakemake
 
 
 @pytest.mark.workflow
@@ -23,7 +23,7 @@ def test_killed_three_times_then_rerun_gives_the_uninterrupted_results(smoke_kil
     work, killed = smoke_killed
     assert killed, "the workflow finished before any kill point"
     assert "Nothing to be done" in run_snakemake(work, "-n", *SMOKE, "--cores", "1").stdout
-    assert_same_results(work, smoke_reference)
+    assert_same_results(work, smoke_reference, SMOKE_NAME)
 
 
 @pytest.mark.workflow
@@ -84,10 +84,12 @@ def test_jobs_run_one_at_a_time_give_the_numbers_of_jobs_run_together(smoke_kill
     """smoke_killed runs one job at a time (--cores 1); the reference runs several at once
     (SLURM submits up to 8, or --cores 2 locally): the training tables must agree exactly."""
     work, _ = smoke_killed
-    names = sorted(p.name for p in (work / "results/tables").glob("E*_*.parquet")
+    tables, reference = results_dir(work, SMOKE_NAME) / "tables", results_dir(
+        smoke_reference, SMOKE_NAME) / "tables"
+    names = sorted(p.name for p in tables.glob("E*_*.parquet")
                    if p.name.split("_")[0] in {"E2", "E4", "E5", "E5b"})
     assert names, "no training tables in the smoke run"
     for name in names:
-        pd.testing.assert_frame_equal(pd.read_parquet(work / "results/tables" / name),
-                                      pd.read_parquet(smoke_reference / "results/tables" / name),
+        pd.testing.assert_frame_equal(pd.read_parquet(tables / name),
+                                      pd.read_parquet(reference / name),
                                       check_exact=True, obj=name)

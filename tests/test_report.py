@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import claims_in, run_snakemake
+from rankcollapse.config import output_roots
+
+from conftest import CI, claims_in, report_file, results_dir, run_snakemake
 
 pytestmark = pytest.mark.workflow
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,11 +43,11 @@ def browser(tmp_path_factory):
 
 
 def test_report_html_renders_in_chromium(ci_run, browser):
-    browser.get((ci_run / "report/report.html").as_uri())
+    browser.get(report_file(ci_run, CI, ".html").as_uri())
     images = browser.execute_script(
         "return Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth]);")
     figures = sum(len(json.loads(p.read_text())["figures"])
-                  for p in (ci_run / "results/numbers").glob("E*.json"))
+                  for p in (results_dir(ci_run, CI) / "numbers").glob("E*.json"))
     assert len(images) == figures > 0
     broken = [alt for alt, complete, width in images if not (complete and width > 0)]
     assert not broken, f"images that did not load: {broken}"
@@ -66,7 +68,7 @@ def test_report_html_renders_in_chromium(ci_run, browser):
     rows = browser.execute_script(
         "return Array.from(document.querySelectorAll('table.ledger tr.claim'))"
         ".map(r => r.cells[1].innerText);")
-    claims = claims_in(ci_run)
+    claims = claims_in(ci_run, CI)
     assert len(rows) == len(claims)
     statements = [" ".join(row.split()) for row in rows]
     for claim in claims:  # every measured claim has its row (the ledger groups them by kind)
@@ -78,10 +80,10 @@ def test_report_pdf_pages_are_typeset(ci_run, tmp_path):
         pytest.skip("needs pdftoppm (Debian's poppler-utils); .ci/run installs it with apt-get")
     from PIL import Image
 
-    subprocess.run(["pdftoppm", "-png", "-r", "30", str(ci_run / "report/report.pdf"),
+    subprocess.run(["pdftoppm", "-png", "-r", "30", str(report_file(ci_run, CI, ".pdf")),
                     str(tmp_path / "page")], check=True, timeout=120)
     pages = sorted(tmp_path.glob("page-*.png"))
-    sections = len(list((ci_run / "results/numbers").glob("E*.json")))
+    sections = len(list((results_dir(ci_run, CI) / "numbers").glob("E*.json")))
     # Title, methods, a page or more per experiment, the ledger and provenance; not hundreds.
     assert sections + 4 <= len(pages) <= 40 * sections, len(pages)
     for page in pages:
@@ -91,13 +93,35 @@ def test_report_pdf_pages_are_typeset(ci_run, tmp_path):
 
 
 def test_snakemake_report_builds(ci_run):
-    out = ci_run / "report/snakemake-report.html"
+    out = ci_run / output_roots({"name": CI}).snakemake_report
     run_snakemake(ci_run, "--workflow-profile", "workflow/profiles/ci", "--report", str(out),
                   timeout=300)
     html = out.read_text(errors="replace")
     assert out.stat().st_size > 100_000
-    for path in (ci_run / "results/numbers").glob("E*.json"):
+    for path in (results_dir(ci_run, CI) / "numbers").glob("E*.json"):
         section = json.loads(path.read_text())
         for figure in section["figures"]:
             assert Path(figure["png"]).name in html, figure["png"]
-    assert "report.pdf" in html
+    assert report_file(ci_run, CI, ".pdf").name in html
+
+
+def test_wall_times_find_the_rule_under_any_config_root(tmp_path):
+    """The provenance table's rule is the folder under the config's benchmarks folder: results/
+    benchmarks/<rule>/ (default) or results/<name>/benchmarks/<rule>/, even with a folder named
+    benchmarks above the project."""
+    from rankcollapse.report import wall_times
+
+    paths = []
+    for rel, seconds in [("results/benchmarks/init/san.tsv", 1.0),
+                         ("results/ci/benchmarks/train/digits/post_ln/L2/part0.tsv", 2.0),
+                         ("results/ci/benchmarks/train/digits/san/L2/part0.tsv", 3.0),
+                         ("benchmarks/project/results/ci/benchmarks/notebooks/E1.tsv", 4.0)]:
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"s\th:m:s\n{seconds}\t0:00:01\n")
+        paths.append(path)
+    times = wall_times(paths).set_index("stage")
+    assert times.to_dict("index") == {
+        "init": {"jobs": 1, "total_s": 1.0, "max_s": 1.0},
+        "train": {"jobs": 2, "total_s": 5.0, "max_s": 3.0},
+        "notebooks": {"jobs": 1, "total_s": 4.0, "max_s": 4.0}}

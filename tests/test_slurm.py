@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_same_results
+from conftest import SMOKE_NAME, assert_same_results, report_file, results_dir
 
 pytestmark = [pytest.mark.slurm, pytest.mark.workflow]
 
 
 def logs(work: Path, stage: str) -> list[str]:
-    return [p.read_text() for p in sorted((work / "results/logs" / stage).rglob("*.log"))]
+    folder = results_dir(work, SMOKE_NAME) / "logs" / stage
+    return [p.read_text() for p in sorted(folder.rglob("*.log"))]
 
 
 def test_jobs_ran_under_slurm(smoke_slurm):
@@ -35,5 +36,5 @@ def test_training_jobs_were_scheduled_on_a_gpu(smoke_slurm, stage):
 
 
 def test_report_and_numbers_match_a_local_run(smoke_slurm, smoke_killed):
-    assert (smoke_slurm / "report/report.html").stat().st_size > 20_000
-    assert_same_results(smoke_slurm, smoke_killed[0])
+    assert report_file(smoke_slurm, SMOKE_NAME).stat().st_size > 20_000
+    assert_same_results(smoke_slurm, smoke_killed[0], SMOKE_NAME)

@@ -16,14 +16,14 @@ import pytest
 import torch
 
 from rankcollapse import trainplan
-from rankcollapse.config import ConfigError, check_config
+from rankcollapse.config import ConfigError, check_config, output_roots
 from rankcollapse.io import load_checked
 from rankcollapse.model import PRESETS, TaskModel
 from rankcollapse.tasks import TASKS, make_task
 from rankcollapse.train import measure_job, new_model, run_job
 from rankcollapse.trained import escalation_fits, line_fit
 
-from conftest import run_snakemake
+from conftest import CI, run_snakemake
 
 VARIANTS = ["post_ln", "pre_ln", "post_ln_deesc", "san_skip"]
 MODEL = {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 3}
@@ -220,7 +220,8 @@ def test_config_cross_references_name_the_key(blocks, message):
 
 @pytest.mark.workflow
 def test_dry_run_includes_the_training_jobs(project):
-    targets = ["results/numbers/E4.json", "results/numbers/E5.json"]
+    results = output_roots({"name": CI}).results  # ci.yaml's outputs
+    targets = [f"{results}/numbers/E4.json", f"{results}/numbers/E5.json"]
     proc = run_snakemake(project, *targets, "-n", "--cores", "1", "--quiet", "rules",
                          "--configfile", "workflow/config/ci.yaml", timeout=300)
     counts = dict(line.split() for line in proc.stdout.splitlines()

@@ -9,7 +9,9 @@ snakemake's own `validate()`, which fills in the schema's defaults.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import jsonschema
 import yaml
@@ -81,9 +83,62 @@ def check_schema(config: dict, schema: dict) -> None:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
 
 
+# Where each config writes (issue 34): the config named `default` (the schema's default name)
+# writes results/ and report/report.{html,pdf}; any other name writes results/<name>/ and
+# report/<name>.{html,pdf}, with its figures under report/<name>/figures/. So a name must not be
+# a folder that the default writes under results/ (the rules' folders and
+# benchmarks/gpu_check.py's results/gpu_check), nor one of report/'s own entries.
+DEFAULT_NAME = "default"
+RESERVED_NAMES = frozenset({
+    # results/<folder>/ of the rules (tests/test_config.py checks the rule files against it)
+    "benchmarks", "circle", "init", "logs", "notebooks", "numbers", "particles", "paths",
+    "realarch", "tables", "train", "tuned",
+    "gpu_check",  # benchmarks/gpu_check.py
+    # report/: the default's report.{html,pdf} and figures/, the templates, snakemake's report
+    "report", "figures", "templates", "snakemake-report",
+})
+
+
+class OutputRoots(NamedTuple):
+    """Where one config's outputs go; the rules build every path from these strings."""
+
+    results: str  # results or results/<name>
+    report: str  # the report without its suffix: report/report or report/<name>
+    figures: str  # report/figures or report/<name>/figures
+    snakemake_report: str  # `snakemake --report`'s file (the Makefile's snakemake-report)
+
+
+def output_roots(config: dict) -> OutputRoots:
+    """The output roots of a config by its `name` (absent: the default's)."""
+    name = config.get("name", DEFAULT_NAME)
+    if name == DEFAULT_NAME:
+        return OutputRoots("results", "report/report", "report/figures",
+                           "report/snakemake-report.html")
+    return OutputRoots(f"results/{name}", f"report/{name}", f"report/{name}/figures",
+                       f"report/{name}/snakemake-report.html")
+
+
+def config_name(files: list[str | os.PathLike]) -> str:
+    """The `name` of the config that `--configfile` builds from these files (later files
+    override earlier ones; none sets it: the default's)."""
+    name = DEFAULT_NAME
+    for path in files:
+        name = (yaml.safe_load(Path(path).read_text()) or {}).get("name", name)
+    return name
+
+
+def _name_problems(config: dict) -> list[str]:
+    name = config.get("name", DEFAULT_NAME)
+    if name in RESERVED_NAMES:
+        return [f"name: {name!r} is a folder or file the default config writes under results/ "
+                f"or report/, so the two would overwrite each other; choose another name (not "
+                f"one of {sorted(RESERVED_NAMES)})"]
+    return []
+
+
 def check_config(config: dict) -> None:
     """Raise ConfigError listing every cross-reference problem of a schema-valid config."""
-    problems = []
+    problems = _name_problems(config)
     defined = sorted(config.get("variants", {}))
     sweep = config.get("init_sweep", {})
     for name in sweep.get("variants", []):
@@ -241,3 +296,19 @@ def _paths_problems(config: dict, defined: list[str]) -> list[str]:
                         f"{sorted(shared_variants)} are also trained by escalation "
                         "with other settings; use a differently named copy of the variant")
     return problems
+
+
+def main(argv: list[str]) -> int:
+    """`python -m rankcollapse.config FIELD CONFIGFILE...`: print one of the output roots
+    (results, report, figures, snakemake_report) of the config built from the files, as
+    `snakemake --configfile` merges them over the Snakefile's default (the Makefile's messages)."""
+    if len(argv) < 2 or argv[0] not in OutputRoots._fields:
+        print(f"usage: python -m rankcollapse.config {{{','.join(OutputRoots._fields)}}} "
+              "CONFIGFILE...", file=sys.stderr)
+        return 2
+    print(getattr(output_roots({"name": config_name(argv[1:])}), argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

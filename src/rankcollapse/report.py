@@ -1,5 +1,6 @@
 """Assemble the report (HTML with embedded figures, and a PDF of the same) from the notebooks'
-section files results/numbers/{experiment}.json and the jobs' benchmark records."""
+section files RESULTS/numbers/{experiment}.json and the jobs' benchmark records (RESULTS:
+results/ for the default config, results/<name>/ for the others)."""
 
 from __future__ import annotations
 
@@ -241,17 +242,27 @@ def _particles_size(p: dict) -> str:
             f"β × {_size(m['n'])} n, {m['runs']} runs per cell")
 
 
+def _stage(path: str | os.PathLike) -> str:
+    """The rule of a benchmark record: the folder after the `benchmarks` folder that sits at
+    most two levels below a `results` folder (results/benchmarks/ or results/<name>/benchmarks/),
+    so that a `benchmarks` folder above the project does not count; else the file's stem."""
+    parts = Path(path).parts
+    for i, part in enumerate(parts[:-1]):
+        if part == "benchmarks" and "results" in parts[max(0, i - 2):i]:
+            return Path(parts[i + 1]).stem
+    return Path(path).stem
+
+
 def wall_times(benchmarks: list[str | os.PathLike]) -> pd.DataFrame:
     """Jobs and summed wall time per rule from snakemake `benchmark:` files.
 
-    The rule is the first folder under results/benchmarks/ (results/benchmarks/<rule>/...).
+    The rule is the first folder under the config's benchmarks folder:
+    results/benchmarks/<rule>/... for the default config, results/<name>/benchmarks/<rule>/...
+    for the others (rankcollapse.config.output_roots).
     """
     per_rule: dict[str, list[float]] = defaultdict(list)
     for path in benchmarks:
-        parts = Path(path).parts
-        rule = parts[parts.index("benchmarks") + 1] if "benchmarks" in parts else Path(path).stem
-        rule = Path(rule).stem
-        per_rule[rule].append(float(pd.read_csv(path, sep="\t")["s"].iloc[0]))
+        per_rule[_stage(path)].append(float(pd.read_csv(path, sep="\t")["s"].iloc[0]))
     rows = [{"stage": r, "jobs": len(v), "total_s": sum(v), "max_s": max(v)}
             for r, v in per_rule.items()]
     return pd.DataFrame(rows, columns=["stage", "jobs", "total_s", "max_s"])

@@ -5,11 +5,11 @@
 
 rule circle:
     output:
-        "results/circle/w{width}.parquet",
+        results("circle/w{width}.parquet"),
     log:
-        "results/logs/circle/w{width}.log",
+        results("logs/circle/w{width}.log"),
     benchmark:
-        "results/benchmarks/circle/w{width}.tsv"
+        results("benchmarks/circle/w{width}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -23,11 +23,11 @@ rule collect_circle:
     input:
         circle_tables,
     output:
-        "results/tables/E3_circle.parquet",
+        results("tables/E3_circle.parquet"),
     log:
-        "results/logs/collect/E3_circle.log",
+        results("logs/collect/E3_circle.log"),
     benchmark:
-        "results/benchmarks/collect/E3_circle.tsv"
+        results("benchmarks/collect/E3_circle.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -1,15 +1,15 @@
-# Concatenate the per-job tables of one experiment into results/tables/.
+# Concatenate the per-job tables of one experiment into RESULTS/tables/.
 
 
 rule collect_init:
     input:
         init_sweep_tables,
     output:
-        "results/tables/E1_init.parquet",
+        results("tables/E1_init.parquet"),
     log:
-        "results/logs/collect/E1_init.log",
+        results("logs/collect/E1_init.log"),
     benchmark:
-        "results/benchmarks/collect/E1_init.tsv"
+        results("benchmarks/collect/E1_init.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -2,7 +2,7 @@
 # Logic belongs in src/rankcollapse; this file stays small.
 from snakemake.utils import min_version, validate
 
-from rankcollapse.config import check_config, check_schema, load_schema
+from rankcollapse.config import check_config, check_schema, load_schema, output_roots
 
 min_version("9.0")
 
@@ -11,6 +11,27 @@ min_version("9.0")
 check_schema(config, load_schema(workflow.source_path("../schemas/config.schema.yaml")))
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
+
+# Where this config writes (rankcollapse.config.output_roots, by the config's `name`): results/
+# and report/report.{html,pdf} for `default`, results/<name>/ and report/<name>.{html,pdf} for
+# any other name, so that configs never overwrite each other. Every output path below and in
+# the rules is built from RESULTS (through results(), below), REPORT (the report without its
+# suffix) or FIGURES (through figures()).
+ROOTS = output_roots(config)
+RESULTS, REPORT, FIGURES = ROOTS.results, ROOTS.report, ROOTS.figures
+
+
+def results(path):
+    """`path` under this config's results folder: results("init/{variant}.parquet") is
+    results/init/{variant}.parquet or results/<name>/init/{variant}.parquet (wildcards kept).
+    """
+    return f"{RESULTS}/{path}"
+
+
+def figures(experiment):
+    """An experiment's figures folder: report/figures/E1 or report/<name>/figures/E1."""
+    return f"{FIGURES}/{experiment}"
+
 
 # The planners, imported once the config has passed. They import neither torch nor pandas (a test
 # checks it): every snakemake process parses this file, each SLURM job and each resume included.
@@ -42,9 +63,9 @@ EXPERIMENTS = {
     "E1": {
         "notebook": "notebooks/01_rank_collapse_init.ipynb",
         # Optional: the trained networks of the E5 grid, next to the init curves.
-        "tables": {"init": "results/tables/E1_init.parquet"}
+        "tables": {"init": results("tables/E1_init.parquet")}
         | (
-            {"trained": "results/tables/E5_metrics.parquet"}
+            {"trained": results("tables/E5_metrics.parquet")}
             if "E5" in config["report"]["experiments"]
             else {}
         ),
@@ -53,7 +74,7 @@ EXPERIMENTS = {
     # E1b: real architectures (BERT, ALBERT, XLNet) at init with their path ablations.
     "E1b": {
         "notebook": "notebooks/01b_real_architectures.ipynb",
-        "tables": {"realarch": "results/tables/E1b_realarch.parquet"},
+        "tables": {"realarch": results("tables/E1b_realarch.parquet")},
         "settings": ["realarch"],
     },
     # "derivation" is not a table but a text the notebook shows; listed here so that editing
@@ -62,7 +83,7 @@ EXPERIMENTS = {
         "notebook": "notebooks/06_homogenized.ipynb",
         "tables": {
             **{
-                name: f"results/tables/E6_{name}.parquet"
+                name: results(f"tables/E6_{name}.parquet")
                 for name in PARTICLE_TABLES
                 if name != "discrete"
             },
@@ -75,11 +96,11 @@ EXPERIMENTS = {
     "E4": {
         "notebook": "notebooks/04_similarity_escalation.ipynb",
         "tables": {
-            "metrics": "results/tables/E4_metrics.parquet",
-            "init": "results/tables/E1_init.parquet",
+            "metrics": results("tables/E4_metrics.parquet"),
+            "init": results("tables/E1_init.parquet"),
         }
         | (
-            {"deep": "results/tables/E5_metrics.parquet"}
+            {"deep": results("tables/E5_metrics.parquet")}
             if "E5" in config["report"]["experiments"]
             else {}
         ),
@@ -89,7 +110,7 @@ EXPERIMENTS = {
     "E2": {
         "notebook": "notebooks/02_path_lengths.ipynb",
         "tables": {
-            "paths": "results/tables/E2_paths.parquet",
+            "paths": results("tables/E2_paths.parquet"),
             "reference": "workflow/references/d21_original.yaml",
         },
         "settings": ["paths", "tasks"],
@@ -97,7 +118,7 @@ EXPERIMENTS = {
     "E3": {
         "notebook": "notebooks/03_circle_trajectories.ipynb",
         "tables": {
-            "circle": "results/tables/E3_circle.parquet",
+            "circle": results("tables/E3_circle.parquet"),
             "reference": "workflow/references/d21_original.yaml",
         },
         "settings": ["circle"],
@@ -105,9 +126,9 @@ EXPERIMENTS = {
     "E5": {
         "notebook": "notebooks/05_depth_enabling.ipynb",
         "tables": {
-            "metrics": "results/tables/E5_metrics.parquet",
-            "history": "results/tables/E5_history.parquet",
-            "tuning": "results/tables/E5_tuning.parquet",
+            "metrics": results("tables/E5_metrics.parquet"),
+            "history": results("tables/E5_history.parquet"),
+            "tuning": results("tables/E5_tuning.parquet"),
         },
         "settings": ["depth_grid", "train", "tasks"],
     },
@@ -116,8 +137,8 @@ EXPERIMENTS = {
     "E5b": {
         "notebook": "notebooks/05b_rival_fixes.ipynb",
         "tables": {
-            "metrics": "results/tables/E5_metrics.parquet",
-            "tuning": "results/tables/E5_tuning.parquet",
+            "metrics": results("tables/E5_metrics.parquet"),
+            "tuning": results("tables/E5_tuning.parquet"),
         },
         "settings": ["rival_fixes", "depth_grid", "train"],
     },
@@ -125,13 +146,13 @@ EXPERIMENTS = {
     # networks and E6's particle model at E1's sizes, where those experiments are in the run.
     "E7": {
         "notebook": "notebooks/07_cross_checks.ipynb",
-        "tables": {"init": "results/tables/E1_init.parquet"}
+        "tables": {"init": results("tables/E1_init.parquet")}
         | {
             key: table
             for key, (exp, table) in {
-                "trained_e4": ("E4", "results/tables/E4_metrics.parquet"),
-                "trained_e5": ("E5", "results/tables/E5_metrics.parquet"),
-                "particles": ("E6", "results/tables/E6_discrete.parquet"),
+                "trained_e4": ("E4", results("tables/E4_metrics.parquet")),
+                "trained_e5": ("E5", results("tables/E5_metrics.parquet")),
+                "particles": ("E6", results("tables/E6_discrete.parquet")),
             }.items()
             if exp in config["report"]["experiments"]
         },
@@ -143,14 +164,14 @@ EXPERIMENTS = {
 def init_sweep_tables(wildcards=None):
     """E1's per-job tables, one per variant (all seeds in one job)."""
     return expand(
-        "results/init/{variant}.parquet", variant=config["init_sweep"]["variants"]
+        results("init/{variant}.parquet"), variant=config["init_sweep"]["variants"]
     )
 
 
 def realarch_tables(wildcards=None):
     """E1b's per-job tables, one per model (all seeds in one job)."""
     return expand(
-        "results/realarch/{model}.parquet", model=config["realarch"]["models"]
+        results("realarch/{model}.parquet"), model=config["realarch"]["models"]
     )
 
 
@@ -173,11 +194,11 @@ def particle_plan():
 
 
 def particle_tables(wildcards=None):
-    """{table: the per-point tables collected into results/tables/E6_{table}.parquet}."""
+    """{table: the per-point tables collected into RESULTS/tables/E6_{table}.parquet}."""
     plan = particle_plan()
     return {
         table: [
-            f"results/particles/{study}/{point}.parquet"
+            results(f"particles/{study}/{point}.parquet")
             for study in studies
             for point in plan[study]
         ]
@@ -198,11 +219,11 @@ ENSEMBLES = {
 }
 
 TRAIN_FILES = {
-    "history": "results/train/{}/{}/L{}/part{}/history.parquet",
-    "metrics": "results/train/{}/{}/L{}/part{}/metrics.parquet",
-    "train_benchmark": "results/benchmarks/train/{}/{}/L{}/part{}.tsv",
-    "paths": "results/paths/{}/{}/L{}/part{}.parquet",
-    "paths_benchmark": "results/benchmarks/paths/{}/{}/L{}/part{}.tsv",
+    "history": results("train/{}/{}/L{}/part{}/history.parquet"),
+    "metrics": results("train/{}/{}/L{}/part{}/metrics.parquet"),
+    "train_benchmark": results("benchmarks/train/{}/{}/L{}/part{}.tsv"),
+    "paths": results("paths/{}/{}/L{}/part{}.parquet"),
+    "paths_benchmark": results("benchmarks/paths/{}/{}/L{}/part{}.tsv"),
 }
 
 
@@ -235,7 +256,7 @@ def train_files(kind, jobs):
 
 
 def train_tables(wildcards):
-    """The per-ensemble tables collected into results/tables/{experiment}_{kind}.parquet."""
+    """The per-ensemble tables collected into RESULTS/tables/{experiment}_{kind}.parquet."""
     return train_files(wildcards.kind, train_jobs(wildcards.experiment))
 
 
@@ -269,10 +290,10 @@ TUNED = (
     else {}
 )
 TUNED_FILES = {
-    "metrics": "results/tuned/{}/{}/L{}/metrics.parquet",
-    "history": "results/tuned/{}/{}/L{}/history.parquet",
-    "tuning": "results/tuned/{}/{}/L{}/tuning.parquet",
-    "train_benchmark": "results/benchmarks/tuned/{}/{}/L{}.tsv",
+    "metrics": results("tuned/{}/{}/L{}/metrics.parquet"),
+    "history": results("tuned/{}/{}/L{}/history.parquet"),
+    "tuning": results("tuned/{}/{}/L{}/tuning.parquet"),
+    "train_benchmark": results("benchmarks/tuned/{}/{}/L{}.tsv"),
 }
 
 
@@ -281,7 +302,7 @@ def tuned_files(kind):
 
 
 def tuned_tables(wildcards=None):
-    """{kind: the per-job tables collected into results/tables/E5_{kind}.parquet}."""
+    """{kind: the per-job tables collected into RESULTS/tables/E5_{kind}.parquet}."""
     return {kind: tuned_files(kind) for kind in ("metrics", "history", "tuning")}
 
 
@@ -311,7 +332,7 @@ def path_tables(wildcards=None):
 
 def circle_tables(wildcards=None):
     """E3's per-job roll-out tables, one per width, every setup and seed in each."""
-    return expand("results/circle/w{width}.parquet", width=config["circle"]["widths"])
+    return expand(results("circle/w{width}.parquet"), width=config["circle"]["widths"])
 
 
 def circle_params(wildcards):
@@ -351,14 +372,14 @@ def report_experiments():
 
 
 def report_pdf():
-    return ["report/report.pdf"] if config["report"]["pdf"] else []
+    return [f"{REPORT}.pdf"] if config["report"]["pdf"] else []
 
 
 def init_sweep_needed():
     """Whether an experiment of the report reads E1's init-sweep table (E1, E4, E7 do): a
     report without them (e.g. diagnostics.yaml's E2, E3, E5) runs no init sweep."""
     return any(
-        EXPERIMENTS[name]["tables"].get("init") == "results/tables/E1_init.parquet"
+        EXPERIMENTS[name]["tables"].get("init") == results("tables/E1_init.parquet")
         for name in report_experiments()
     )
 
@@ -366,45 +387,46 @@ def init_sweep_needed():
 def benchmark_files(wildcards=None):
     """The per-job wall-time records that the report's provenance section sums per rule."""
     init = expand(
-        "results/benchmarks/init/{variant}.tsv",
+        results("benchmarks/init/{variant}.tsv"),
         variant=config["init_sweep"]["variants"] if init_sweep_needed() else [],
     )
     notebooks = expand(
-        "results/benchmarks/notebooks/{experiment}.tsv", experiment=report_experiments()
+        results("benchmarks/notebooks/{experiment}.tsv"),
+        experiment=report_experiments(),
     )
     particles = []
     if "E6" in report_experiments():
         particles = [
-            f"results/benchmarks/particles/{study}/{point}.tsv"
+            results(f"benchmarks/particles/{study}/{point}.tsv")
             for study, points in particle_plan().items()
             for point in points
         ]
-        particles.append("results/benchmarks/collect/E6.tsv")
+        particles.append(results("benchmarks/collect/E6.tsv"))
     training = set()
     if "E4" in report_experiments():
         training |= set(train_files("train_benchmark", train_jobs("E4")))
-        training.add("results/benchmarks/collect/E4_metrics.tsv")
+        training.add(results("benchmarks/collect/E4_metrics.tsv"))
     if {"E5", "E5b"} & set(report_experiments()):
         training |= set(tuned_files("train_benchmark"))
-        training.add("results/benchmarks/collect/E5.tsv")
+        training.add(results("benchmarks/collect/E5.tsv"))
     if "E2" in report_experiments():
         jobs = train_jobs("E2")
         for kind in ("train_benchmark", "paths_benchmark"):
             training |= set(train_files(kind, jobs))
-        training.add("results/benchmarks/collect/E2_paths.tsv")
+        training.add(results("benchmarks/collect/E2_paths.tsv"))
     if "E3" in report_experiments():
         training |= {
-            t.replace("results/circle/", "results/benchmarks/circle/").replace(
+            t.replace(results("circle/"), results("benchmarks/circle/")).replace(
                 ".parquet", ".tsv"
             )
             for t in circle_tables()
         }
-        training.add("results/benchmarks/collect/E3_circle.tsv")
-    collect = ["results/benchmarks/collect/E1_init.tsv"] if init_sweep_needed() else []
+        training.add(results("benchmarks/collect/E3_circle.tsv"))
+    collect = [results("benchmarks/collect/E1_init.tsv")] if init_sweep_needed() else []
     if "E1b" in report_experiments():
         collect += expand(
-            "results/benchmarks/realarch/{model}.tsv",
+            results("benchmarks/realarch/{model}.tsv"),
             model=config["realarch"]["models"],
         )
-        collect.append("results/benchmarks/collect/E1b_realarch.tsv")
+        collect.append(results("benchmarks/collect/E1b_realarch.tsv"))
     return init + collect + particles + sorted(training) + notebooks

@@ -4,11 +4,11 @@
 
 rule init_sweep:
     output:
-        "results/init/{variant}.parquet",
+        results("init/{variant}.parquet"),
     log:
-        "results/logs/init/{variant}.log",
+        results("logs/init/{variant}.log"),
     benchmark:
-        "results/benchmarks/init/{variant}.tsv"
+        results("benchmarks/init/{variant}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

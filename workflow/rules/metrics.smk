@@ -6,11 +6,11 @@ rule collect_train:
     input:
         train_tables,
     output:
-        "results/tables/{experiment}_{kind}.parquet",
+        results("tables/{experiment}_{kind}.parquet"),
     log:
-        "results/logs/collect/{experiment}_{kind}.log",
+        results("logs/collect/{experiment}_{kind}.log"),
     benchmark:
-        "results/benchmarks/collect/{experiment}_{kind}.tsv"
+        results("benchmarks/collect/{experiment}_{kind}.tsv")
     wildcard_constraints:
         experiment="E4",
         kind="metrics|history",
@@ -29,13 +29,13 @@ rule collect_tuned:
     input:
         unpack(tuned_tables),
     output:
-        metrics="results/tables/E5_metrics.parquet",
-        history="results/tables/E5_history.parquet",
-        tuning="results/tables/E5_tuning.parquet",
+        metrics=results("tables/E5_metrics.parquet"),
+        history=results("tables/E5_history.parquet"),
+        tuning=results("tables/E5_tuning.parquet"),
     log:
-        "results/logs/collect/E5.log",
+        results("logs/collect/E5.log"),
     benchmark:
-        "results/benchmarks/collect/E5.tsv"
+        results("benchmarks/collect/E5.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -6,18 +6,18 @@ rule notebook:
     input:
         unpack(notebook_inputs),
     output:
-        executed="results/notebooks/{experiment}.ipynb",
-        numbers="results/numbers/{experiment}.json",
+        executed=results("notebooks/{experiment}.ipynb"),
+        numbers=results("numbers/{experiment}.json"),
         figures=report(
-            directory("report/figures/{experiment}"),
+            directory(figures("{experiment}")),
             patterns=["{name}.png"],
             caption="../../report/templates/captions/figure.rst",
             category="{experiment}",
         ),
     log:
-        "results/logs/notebooks/{experiment}.log",
+        results("logs/notebooks/{experiment}.log"),
     benchmark:
-        "results/benchmarks/notebooks/{experiment}.tsv"
+        results("benchmarks/notebooks/{experiment}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -5,11 +5,11 @@
 
 rule particles:
     output:
-        "results/particles/{study}/{point}.parquet",
+        results("particles/{study}/{point}.parquet"),
     log:
-        "results/logs/particles/{study}/{point}.log",
+        results("logs/particles/{study}/{point}.log"),
     benchmark:
-        "results/benchmarks/particles/{study}/{point}.tsv"
+        results("benchmarks/particles/{study}/{point}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -23,11 +23,11 @@ rule collect_particles:
     input:
         unpack(particle_tables),
     output:
-        **{table: f"results/tables/E6_{table}.parquet" for table in PARTICLE_TABLES},
+        **{table: results(f"tables/E6_{table}.parquet") for table in PARTICLE_TABLES},
     log:
-        "results/logs/collect/E6.log",
+        results("logs/collect/E6.log"),
     benchmark:
-        "results/benchmarks/collect/E6.tsv"
+        results("benchmarks/collect/E6.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -5,13 +5,13 @@
 
 rule path_accuracy:
     input:
-        ensemble="results/train/{task}/{variant}/L{depth}/part{part}/ensemble.pt",
+        ensemble=results("train/{task}/{variant}/L{depth}/part{part}/ensemble.pt"),
     output:
-        "results/paths/{task}/{variant}/L{depth}/part{part}.parquet",
+        results("paths/{task}/{variant}/L{depth}/part{part}.parquet"),
     log:
-        "results/logs/paths/{task}/{variant}/L{depth}/part{part}.log",
+        results("logs/paths/{task}/{variant}/L{depth}/part{part}.log"),
     benchmark:
-        "results/benchmarks/paths/{task}/{variant}/L{depth}/part{part}.tsv"
+        results("benchmarks/paths/{task}/{variant}/L{depth}/part{part}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -27,11 +27,11 @@ rule collect_paths:
     input:
         path_tables,
     output:
-        "results/tables/E2_paths.parquet",
+        results("tables/E2_paths.parquet"),
     log:
-        "results/logs/collect/E2_paths.log",
+        results("logs/collect/E2_paths.log"),
     benchmark:
-        "results/benchmarks/collect/E2_paths.tsv"
+        results("benchmarks/collect/E2_paths.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

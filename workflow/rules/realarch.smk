@@ -5,11 +5,11 @@
 
 rule realarch:
     output:
-        "results/realarch/{model}.parquet",
+        results("realarch/{model}.parquet"),
     log:
-        "results/logs/realarch/{model}.log",
+        results("logs/realarch/{model}.log"),
     benchmark:
-        "results/benchmarks/realarch/{model}.tsv"
+        results("benchmarks/realarch/{model}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -23,11 +23,11 @@ rule collect_realarch:
     input:
         realarch_tables,
     output:
-        "results/tables/E1b_realarch.parquet",
+        results("tables/E1b_realarch.parquet"),
     log:
-        "results/logs/collect/E1b_realarch.log",
+        results("logs/collect/E1b_realarch.log"),
     benchmark:
-        "results/benchmarks/collect/E1b_realarch.tsv"
+        results("benchmarks/collect/E1b_realarch.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

@@ -1,18 +1,19 @@
-# Assemble report/report.html (self-contained) and report/report.pdf from the notebooks' output.
+# Assemble the report (REPORT.html, self-contained, and REPORT.pdf: report/report.* for the
+# default config, report/<name>.* for the others) from the notebooks' output.
 
 
 rule report:
     input:
         numbers=expand(
-            "results/numbers/{experiment}.json", experiment=report_experiments()
+            results("numbers/{experiment}.json"), experiment=report_experiments()
         ),
-        figures=expand("report/figures/{experiment}", experiment=report_experiments()),
+        figures=expand(figures("{experiment}"), experiment=report_experiments()),
         benchmarks=benchmark_files,
         registry="workflow/claims.yaml",
         template="report/templates/report.html.j2",
         style="report/templates/report.css",
     output:
-        html="report/report.html",
+        html=f"{REPORT}.html",
         pdf=[
             report(
                 path,
@@ -22,7 +23,7 @@ rule report:
             for path in report_pdf()
         ],
     log:
-        "results/logs/report.log",
+        results("logs/report.log"),
     conda:
         "../../envs/environment.yaml"
     threads: 1

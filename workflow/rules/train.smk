@@ -12,13 +12,13 @@
 
 rule train:
     output:
-        ensemble="results/train/{task}/{variant}/L{depth}/part{part}/ensemble.pt",
-        history="results/train/{task}/{variant}/L{depth}/part{part}/history.parquet",
-        metrics="results/train/{task}/{variant}/L{depth}/part{part}/metrics.parquet",
+        ensemble=results("train/{task}/{variant}/L{depth}/part{part}/ensemble.pt"),
+        history=results("train/{task}/{variant}/L{depth}/part{part}/history.parquet"),
+        metrics=results("train/{task}/{variant}/L{depth}/part{part}/metrics.parquet"),
     log:
-        "results/logs/train/{task}/{variant}/L{depth}/part{part}.log",
+        results("logs/train/{task}/{variant}/L{depth}/part{part}.log"),
     benchmark:
-        "results/benchmarks/train/{task}/{variant}/L{depth}/part{part}.tsv"
+        results("benchmarks/train/{task}/{variant}/L{depth}/part{part}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
@@ -40,14 +40,14 @@ rule train:
 # after another ({depths}: e.g. 2-4-8), where starting a job would cost more than their work.
 rule train_tuned:
     output:
-        ensemble="results/tuned/{task}/{variant}/L{depths}/ensemble.pt",
-        history="results/tuned/{task}/{variant}/L{depths}/history.parquet",
-        tuning="results/tuned/{task}/{variant}/L{depths}/tuning.parquet",
-        metrics="results/tuned/{task}/{variant}/L{depths}/metrics.parquet",
+        ensemble=results("tuned/{task}/{variant}/L{depths}/ensemble.pt"),
+        history=results("tuned/{task}/{variant}/L{depths}/history.parquet"),
+        tuning=results("tuned/{task}/{variant}/L{depths}/tuning.parquet"),
+        metrics=results("tuned/{task}/{variant}/L{depths}/metrics.parquet"),
     log:
-        "results/logs/tuned/{task}/{variant}/L{depths}.log",
+        results("logs/tuned/{task}/{variant}/L{depths}.log"),
     benchmark:
-        "results/benchmarks/tuned/{task}/{variant}/L{depths}.tsv"
+        results("benchmarks/tuned/{task}/{variant}/L{depths}.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1

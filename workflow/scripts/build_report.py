@@ -1,4 +1,4 @@
-"""Assemble report/report.html and report/report.pdf."""
+"""Assemble the report: report/report.{html,pdf}, or report/<name>.{html,pdf} for a named config."""
 
 import logging
 

@@ -157,6 +157,8 @@ def test_the_report_says_which_method_chose_the_settings():
     from conftest import ROOT
 
     config = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+    config["depth_grid"].update(lr=[0.0003, 0.001, 0.003, 0.01, 0.03], warmup=[10, 40])
+    config["depth_grid"].pop("tuning")
     grid_line = report._e5_size(config)
     assert "(grid)" in grid_line
     config["depth_grid"].update(tuning="halving", steps=180, halving={"eta": 3, "rungs": 3})

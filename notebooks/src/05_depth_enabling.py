@@ -104,39 +104,44 @@ sweep = last_rungs(tuning)  # with successive halving: each setting at the last 
 warmups = sorted(sweep.warmup.unique())
 styles = dict(zip(warmups, ["-", "--", ":", "-."]))
 arms = variants + placements + others
-fig, axes = plt.subplots(len(tasks), len(arms), figsize=(3.3 * len(arms), 3.2 * len(tasks)),
-                         squeeze=False, constrained_layout=True, sharex=True)
-for row, task in zip(axes, tasks):
+# One panel per arm that trained on a task (placements and rivals only where they ran).
+panels = [(task, a) for task in tasks for a in arms
+          if len(sweep[(sweep.task == task) & (sweep.variant == a)])]
+ncols = min(5, len(panels))
+nrows = -(-len(panels) // ncols)
+fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 3.0 * nrows), squeeze=False,
+                         constrained_layout=True, sharex=True)
+cmap = plt.get_cmap("viridis")
+for ax in axes.flat[len(panels):]:
+    ax.axis("off")
+for k, (ax, (task, variant)) in enumerate(zip(axes.flat, panels)):
     key, _, vkey, vlabel = METRIC[task]
     s = sweep[sweep.task == task]
     depths = sorted(s.depth.unique())
-    cmap = plt.get_cmap("viridis")
-    for ax, variant in zip(row, arms):
-        sv = s[s.variant == variant]
-        for i, depth in enumerate(depths):
-            color = cmap(i / max(1, len(depths) - 1))
-            for warmup in warmups:
-                c = sv[(sv.depth == depth) & (sv.warmup == warmup)].groupby("peak_lr")[vkey].mean()
-                if len(c):
-                    ax.plot(c.index, c.values, styles[warmup], color=color, lw=1.4, marker=".",
-                            label=f"L = {depth}" if warmup == warmups[0] else None)
-            best = chosen[(chosen.task == task) & (chosen.variant == variant)
-                          & (chosen.depth == depth)]
-            for _, b in best.iterrows():
-                value = b.val_accuracy if task == "digits" else b.val_loss / np.log(2)
-                edge = (task, variant, depth) in on_edge  # red-edged: on a grid edge
-                ax.plot(b.peak_lr, value, "*", color=color, ms=14 if edge else 11,
-                        mec="tab:red" if edge else "k", mew=1.8 if edge else 0.5)
-        if any((task, variant, d) in on_edge for d in depths):
-            ax.plot([], [], "*", color="w", ms=12, mec="tab:red", mew=1.8,
-                    label="selected on a grid edge")
-        ax.set_xscale("log")
-        ax.set_title(f"{task}: {plotting.variant_label(variant)}", fontsize=8)
-        ax.set_xlabel("peak learning rate")
-        if ax is row[0]:
-            ax.set_ylabel(vlabel)
-        if len(sv):
-            ax.legend(frameon=False, fontsize=7)
+    sv = s[s.variant == variant]
+    for i, depth in enumerate(depths):
+        color = cmap(i / max(1, len(depths) - 1))
+        for warmup in warmups:
+            c = sv[(sv.depth == depth) & (sv.warmup == warmup)].groupby("peak_lr")[vkey].mean()
+            if len(c):
+                ax.plot(c.index, c.values, styles[warmup], color=color, lw=1.4, marker=".",
+                        label=f"L = {depth}" if warmup == warmups[0] else None)
+        best = chosen[(chosen.task == task) & (chosen.variant == variant)
+                      & (chosen.depth == depth)]
+        for _, b in best.iterrows():
+            value = b.val_accuracy if task == "digits" else b.val_loss / np.log(2)
+            edge = (task, variant, depth) in on_edge  # red-edged: on a grid edge
+            ax.plot(b.peak_lr, value, "*", color=color, ms=14 if edge else 11,
+                    mec="tab:red" if edge else "k", mew=1.8 if edge else 0.5)
+    if any((task, variant, d) in on_edge for d in depths):
+        ax.plot([], [], "*", color="w", ms=12, mec="tab:red", mew=1.8,
+                label="selected on a grid edge")
+    ax.set_xscale("log")
+    ax.set_title(f"{task}: {plotting.variant_label(variant)}", fontsize=8)
+    ax.set_xlabel("peak learning rate")
+    if k % ncols == 0 or panels[k - 1][0] != task:
+        ax.set_ylabel(vlabel)
+    ax.legend(frameon=False, fontsize=7)
 fig_sweep = plotting.save(fig, figures_dir, "sweep")
 
 # %% [markdown]

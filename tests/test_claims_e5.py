@@ -164,7 +164,10 @@ def test_deescalation_against_pre_ln_lands_in_each_verdict(expected):
 def test_long_training_diagnostics_restate_the_claims_only_at_that_budget():
     values = {**flat("text", "pre_ln", 2.0, 2.0), **flat("text", "post_ln", 2.0, 2.5),
               **flat("text", "post_ln_deesc", 2.0, 2.05)}
-    table = runs("text", values)
+    digits = {**flat("digits", "pre_ln", 0.9, 0.88), **flat("digits", "post_ln", 0.9, 0.3),
+              **flat("digits", "post_ln_deesc", 0.9, 0.5)}
+    table = pd.concat([runs("text", values), runs("digits", digits)], ignore_index=True)
+    assert {cid.split(".")[1] for cid in e5.LONG_TRAINING} == {"text", "digits"}
     for cid, paper in e5.LONG_TRAINING.items():
         short = judged_at(cid, table, steps=200)
         assert short.verdict == "not testable" and "1,000" in short.measurement.note

@@ -26,11 +26,12 @@ PLACEMENTS = {"placement_mlp_trains_deep": "post_ln_deesc_mlp",
               "placement_out_trains_deep": "post_ln_deesc_out"}
 PAPER_IDS = tuple([f"E5.{task}.{name}" for task in TASKS for name in GRID]
                   + [f"E5.digits.{name}" for name in PLACEMENTS])
-# Diagnostics of the text claims (issue 28): post-hoc readings of the grid, and the claims
-# restated in a run that trains every network at least LONG_STEPS steps.
+# Diagnostics: post-hoc readings of the text grid (issue 28), and the claims of both tasks
+# restated in a run that trains every network at least LONG_STEPS steps (digits: issue 34).
 MEASURABLE_GAP = 0.2  # bits per character: 4 x the margin
 LONG_STEPS = 1000
-LONG_TRAINING = {f"E5.text.long_training_{name}": f"E5.text.{name}"
+LONG_TRAINING = {f"E5.{task}.long_training_{name}": f"E5.{task}.{name}"
+                 for task in ("text", "digits")
                  for name in ("deescalation_trains_deep", "deescalation_recovers",
                               "pre_ln_trains_deep")}
 DIAGNOSTICS = ("E5.text.recovery_where_gap_is_measurable",

@@ -168,9 +168,10 @@ if __name__ == "__main__":
     if "stages" in r:
         t = r["training"]
         hours = t["paper_train_hours_one_gpu"]
-        print(f"paper.yaml training on one GPU (projection): {hours:.2f} h "
-              f"(FLOP bound {t['gpu_flop_bound_h']:.2f} h, launch bound "
-              f"{t['gpu_launch_bound_h']:.2f} h; target <= 2 h)")
+        print(f"paper.yaml training on one GPU (projection, step model "
+              f"{t['paper_train_scenario']!r}): {hours:.2f} h; " + ", ".join(
+                  f"{name} {s['total_h']:.1f} h" for name, s in t["gpu_scenarios"].items())
+              + "; target <= 2 h")
         print(f"paper.yaml projection: {r['paper_cpu_hours_on_2_cores']:.1f} h on 2 cores, "
               f"{r['paper_hours_one_gpu_workstation']:.1f} h on one GPU workstation, "
               + ", ".join(f"{h:.2f} h on {n} nodes" for n, h in r["paper_hours_on_nodes"].items())

@@ -176,7 +176,7 @@ if deep_depth is not None:
     axes[0, 0].set_ylabel("token similarity t_sim")
     axes[1, 0].set_ylabel("t_div = 1 − t_sim (log)")
     axes[0, 0].set_ylim(-0.02, 1.02)
-    axes[0, 1].legend(frameon=False, fontsize=7, loc="best")
+    axes[1, 1].legend(frameon=False, fontsize=7, loc="lower left")  # clear of the t_sim lines
     fig_deep = plotting.save(fig, figures_dir, "tsim_per_layer_deep")
 
 # %% [markdown]

@@ -339,8 +339,10 @@ io.write_json(section(
     "Yu & Zhang (arXiv 2312.06182)", description,
     figures=[
         {"name": "sweep", **fig_sweep, "caption":
-         "The sweep: validation metric against peak learning rate for each depth (colour) and "
-         "warm-up (solid: shorter, dashed: longer), a panel per task and variant; stars: the "
+         "The sweep: validation metric against peak learning rate for each depth (colour)"
+         + (" and warm-up (solid, dashed, dotted: shortest to longest)" if len(warmups) > 1
+            else f" at a warm-up of {warmups[0]} steps")
+         + ", a panel per task and arm, each setting at the last rung it reached; stars: the "
          "selected setting; larger red-edged stars: a selection on an edge of the grid the "
          "arm's sweep tried (its smallest or largest learning rate, warm-up or swept weight "
          "decay), whose optimum may lie outside the grid."},

@@ -58,7 +58,14 @@ from matplotlib.ticker import MaxNLocator
 from rankcollapse import io, plotting
 from rankcollapse.claims import e5 as e5_claims
 from rankcollapse.notebooks import section
-from rankcollapse.trained import final_accuracy, last_rungs, seed_interval, selected_settings
+from rankcollapse.trained import (
+    edge_mark,
+    final_accuracy,
+    grid_edges,
+    last_rungs,
+    seed_interval,
+    selected_settings,
+)
 
 plotting.use_style()
 grid, train = settings["depth_grid"], settings["train"]

@@ -10,9 +10,9 @@
 # # E5b — Rival depth fixes side by side
 #
 # Three fixes for deep post-norm transformers, each a switch of the same model, trained at the
-# deepest digits depth of E5's grid. Each fix is an arm of E5: tuned on its own (the same sweep
-# of peak learning rate × warm-up on the tuning seed, selected on validation), then trained on
-# the same fresh seeds; post-LN, pre-LN and de-escalation are E5's own runs at that depth:
+# deepest digits depth of E5's grid. Each fix is an arm of E5: tuned on its own (E5's sweep on
+# the tuning seed, selected on validation), then trained on the same fresh seeds; post-LN,
+# pre-LN and de-escalation are E5's own runs at that depth:
 # - **de-escalation** (Yu & Zhang): the attention output Y ← (I − τ·(1/n)11ᵀ)Y, τ = 1;
 # - **centred attention** (Nait Saada, Naderi & Tanner, ICML 2025, "Mind the Gap"):
 #   A ← A − (1/n)11ᵀ, removing the outlier eigenvalue that separates a random Markov attention
@@ -31,8 +31,7 @@ tables = {"metrics": "results/tables/E5_metrics.parquet",
 settings = {
     "rival_fixes": {"task": "digits", "variants": ["post_ln_center", "post_ln_scaled"]},
     "depth_grid": {"variants": ["post_ln", "pre_ln", "post_ln_deesc"], "steps": 200,
-                   "lr": [0.0003, 0.001, 0.003], "warmup": [10, 40]},
-    "train": {"width": 32},
+                   "lr": [0.0003, 0.001, 0.003], "warmup": 20},
 }
 figures_dir = "report/figures/E5b"
 numbers_path = "results/numbers/E5b.json"
@@ -59,7 +58,6 @@ L = int((rival_runs if len(rival_runs) else runs).depth.max())
 runs = runs[runs.depth == L]
 wanted = ["post_ln", "pre_ln", "post_ln_deesc", *rivals["variants"]]
 variants = [v for v in wanted if v in set(runs.variant)]
-fixes = [v for v in variants if v not in ("post_ln", "pre_ln")]
 B = 1000
 print(f"{len(runs)} runs at depth {L}: {variants}")
 

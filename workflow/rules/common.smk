@@ -140,7 +140,7 @@ EXPERIMENTS = {
             "metrics": results("tables/E5_metrics.parquet"),
             "tuning": results("tables/E5_tuning.parquet"),
         },
-        "settings": ["rival_fixes", "depth_grid", "train"],
+        "settings": ["rival_fixes", "depth_grid"],
     },
     # E7 reads the other experiments' tables only: E1's random-init networks, E4/E5's trained
     # networks and E6's particle model at E1's sizes, where those experiments are in the run.

@@ -17,9 +17,9 @@ FAST_MARKERS := not realrun and not slurm and not slow
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CONFIG_ARG := $(if $(CONFIG),--configfile $(CONFIG),)
-# Where CONFIG writes (its `name`: rankcollapse.config.output_roots): report/report for the
+# Where CONFIG writes (its `name`: rankcollapse.plan.config.output_roots): report/report for the
 # default config, report/<name> for the others; read only by the recipes that print it.
-ROOT_OF = $(shell PYTHONPATH=src $(PY) -m rankcollapse.config $(1) workflow/config/default.yaml $(CONFIG))
+ROOT_OF = $(shell PYTHONPATH=src $(PY) -m rankcollapse.plan.config $(1) workflow/config/default.yaml $(CONFIG))
 RUFF := $(PY) -m ruff check src tests workflow/scripts benchmarks
 SNAKEFMT := $(VENV)/bin/snakefmt --check Snakefile workflow/rules
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from rankcollapse.metrics import layer_metrics
-from rankcollapse.model import PRESETS, build
-from rankcollapse.sweep import init_sweep
+from rankcollapse.core.metrics import layer_metrics
+from rankcollapse.core.model import PRESETS, build
+from rankcollapse.experiments.init_sweep import init_sweep
 
 try:
     from common import interleaved_times, record

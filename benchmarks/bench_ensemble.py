@@ -24,9 +24,9 @@ import torch
 import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
-from rankcollapse.ensemble import Ensemble, Member, train_ensemble
-from rankcollapse.tasks import make_task
-from rankcollapse.train import TrainConfig, loss_and_correct, new_model, train
+from rankcollapse.core.tasks import make_task
+from rankcollapse.training.ensemble import Ensemble, Member, train_ensemble
+from rankcollapse.training.train import TrainConfig, loss_and_correct, new_model, train
 
 try:
     from common import HERE, QUICK, bench_device, matmul_rate, record, synced

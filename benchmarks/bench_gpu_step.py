@@ -3,7 +3,7 @@ the device's measured matrix rate.
 
 A paper arm (paper.yaml's `train` sizes: width 64, 4 heads, MLP x4, batch 128, digits, the
 first depth_grid variant) at depths 16 and 128 with K = 32 members: member-steps per second of
-`rankcollapse.step.DeviceStep` for each engine (eager; graph, the step captured in one CUDA
+`rankcollapse.training.step.DeviceStep` for each engine (eager; graph, the step captured in one CUDA
 graph; compile, torch.compile fusion, captured too) and each precision (float32, tf32, bf16),
 steps timed after the engine is prepared (its capture or compilation time reported apart).
 The FLOPs of a member step are torch's count (FlopCounterMode: matrix products and attention)
@@ -31,10 +31,10 @@ from dataclasses import replace
 import torch
 import yaml
 
-from rankcollapse import step as S
-from rankcollapse.ensemble import Ensemble, Member
-from rankcollapse.tasks import make_task
-from rankcollapse.train import TrainConfig, loss_and_correct, new_model, schedule
+from rankcollapse.core.tasks import make_task
+from rankcollapse.training import step as S
+from rankcollapse.training.ensemble import Ensemble, Member
+from rankcollapse.training.train import TrainConfig, loss_and_correct, new_model, schedule
 
 try:
     from bench_ensemble import flops_per_member_step

@@ -17,7 +17,10 @@ import argparse
 import torch
 import torch.utils.benchmark as tb
 
-from rankcollapse.particles import simulate_particles, simulate_particles_loop
+from rankcollapse.experiments.homogenized.particles import (
+    simulate_particles,
+    simulate_particles_loop,
+)
 
 try:
     from common import record

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from rankcollapse import paths
-from rankcollapse.model import PRESETS
-from rankcollapse.tasks import make_task
-from rankcollapse.train import new_model
+from rankcollapse.core.model import PRESETS
+from rankcollapse.core.tasks import make_task
+from rankcollapse.experiments import paths
+from rankcollapse.training.train import new_model
 
 try:
     from common import interleaved_times, record

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rankcollapse.model import PRESETS, build
+from rankcollapse.core.model import PRESETS, build
 
 try:
     from common import QUICK, bench_device, interleaved_times, record, synced

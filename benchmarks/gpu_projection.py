@@ -2,7 +2,7 @@
 
     python benchmarks/gpu_projection.py [paper|default|ci|<config file>]
 
-Every ensemble a config trains (rankcollapse.trainplan: the train rule's jobs for E2, E4; the
+Every ensemble a config trains (rankcollapse.plan.training: the train rule's jobs for E2, E4; the
 tuned jobs of E5 and of E5b's rival fixes: each sweep rung, split into parts by
 train.ensemble_memory_mb, then the final seeds) is priced by a step-time model fitted to GPU
 measurements:
@@ -56,7 +56,7 @@ def member_step_flops(config: dict, task: str, task_options: dict, variant: str,
                       model_options: dict, batch: int) -> float:
     """FLOPs of one training step of one member (forward + backward ~ 3x forward): the
     matrix products of every block, attention scores and mixing, embedding and read-out."""
-    from rankcollapse.tasks import task_spec
+    from rankcollapse.core.tasks import task_spec
 
     spec = task_spec(task, **task_options)
     switches = config["variants"][variant]
@@ -72,7 +72,8 @@ def member_step_flops(config: dict, task: str, task_options: dict, variant: str,
 def ensembles(config: dict) -> list[dict]:
     """Every ensemble a config trains: experiment, task, depth, members K, steps, FLOPs per
     member step, and what it is (train, sweep rung r, final)."""
-    from rankcollapse import trainplan, tuning
+    from rankcollapse.plan import training as trainplan
+    from rankcollapse.training import tuning
 
     out = []
     groups = trainplan.groups(config)

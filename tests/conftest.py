@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from rankcollapse.config import config_name, output_roots
+from rankcollapse.plan.config import config_name, output_roots
 
 # One thread per process for torch, OpenMP and BLAS, here and in every process a test starts: the
 # real runs below share the machine's cores with the unit tests, and an oversubscribed OpenMP
@@ -38,7 +38,7 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
-# Each config writes under its own name (rankcollapse.config.output_roots): the default config
+# Each config writes under its own name (rankcollapse.plan.config.output_roots): the default config
 # in results/ and report/report.{html,pdf}, ci.yaml in results/ci/ and report/ci.{html,pdf}, the
 # smoke config (ci.yaml, then smoke.yaml) in results/smoke/ and report/smoke.{html,pdf}.
 CI = config_name([ROOT / "workflow/config/ci.yaml"])

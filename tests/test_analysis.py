@@ -4,14 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse.analysis import (
+from rankcollapse.claims import verdict
+from rankcollapse.experiments.init_fits import (
     bootstrap_over_seeds,
     collapse_summary,
     exponent_pairs,
     fit_exponent,
     fit_log_rate,
 )
-from rankcollapse.claims import verdict
 
 
 def synthetic(k: float, c: float, r0: float, layers: int, seeds: int = 4, samples: int = 3,

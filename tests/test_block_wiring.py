@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from rankcollapse.model import Block, ModelConfig, Transformer
+from rankcollapse.core.model import Block, ModelConfig, Transformer
 
 B, N, D, H = 3, 5, 8, 2  # batch, tokens, width, heads
 RATIO = 2  # MLP hidden width = RATIO * D

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse import circle
-from rankcollapse.model import Block
+from rankcollapse.core.model import Block
+from rankcollapse.experiments import circle
 
 
 def test_the_original_pairs_sit_on_opposite_arcs_and_step_forward():

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rankcollapse.circle import SETUPS
 from rankcollapse.claims import e3, judge, load_registry
+from rankcollapse.experiments.circle import SETUPS
 
 from conftest import ROOT
 

@@ -11,7 +11,7 @@ import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from rankcollapse.config import (
+from rankcollapse.plan.config import (
     RESERVED_NAMES,
     ConfigError,
     check_config,
@@ -213,7 +213,7 @@ def test_planning_the_workflow_imports_neither_torch_nor_pandas():
     SLURM executor starts one per job. torch alone costs about 1.5 s of CPU per process."""
     code = (
         "import sys, yaml\n"
-        "from rankcollapse import config, homogenized_plan, trainplan\n"
+        "from rankcollapse.plan import config, particles as homogenized_plan, training as trainplan\n"
         f"cfg = yaml.safe_load(open({str(ROOT / 'workflow/config/default.yaml')!r}))\n"
         "config.check_config(cfg)\n"
         "homogenized_plan.plan(cfg['particles'], cfg['init_sweep'])\n"
@@ -250,9 +250,9 @@ def test_reserved_names_cover_every_folder_the_rules_write_under_results():
     ([], "default"), (["ci.yaml"], "ci"), (["ci.yaml", "smoke.yaml"], "smoke"),
     (["diagnostics.yaml"], "diagnostics"), (["paper.yaml"], "paper")])
 def test_make_prints_the_report_paths_of_config(files, name):
-    """The Makefile's messages (`python -m rankcollapse.config FIELD FILES`)."""
+    """The Makefile's messages (`python -m rankcollapse.plan.config FIELD FILES`)."""
     config = ROOT / "workflow/config"
-    out = subprocess.run([sys.executable, "-m", "rankcollapse.config", "report",
+    out = subprocess.run([sys.executable, "-m", "rankcollapse.plan.config", "report",
                           str(config / "default.yaml"), *(str(config / f) for f in files)],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == ("report/report" if name == "default" else f"report/{name}")

@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 import torch
 
-from rankcollapse import ensemble as E
-from rankcollapse import train as T
+from rankcollapse.core.model import PRESETS
+from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.io import load_checked
-from rankcollapse.model import PRESETS
-from rankcollapse.tasks import TaskData, make_task
+from rankcollapse.training import ensemble as E
+from rankcollapse.training import train as T
 
 MODEL = {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 3}
 BASE = T.TrainConfig(steps=24, batch=32, lr=2e-3, warmup=8, checkpoint_every=0, eval_every=10)
@@ -238,7 +238,7 @@ JOB_MEMBERS = [{"seed": 0}, {"seed": 1, "lr": 1e-3, "warmup": 5}, {"seed": 2}]
 def _job_command(out: Path) -> list[str]:
     code = (
         "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
-        "from rankcollapse.ensemble import run_job\n"
+        "from rankcollapse.training.ensemble import run_job\n"
         f"run_job('digits', {{}}, {PRESETS['pre_ln']!r}, {MODEL!r}, {TRAIN!r}, "
         f"{JOB_MEMBERS!r}, {str(out / 'ensemble.pt')!r}, {str(out / 'history.parquet')!r},"
         " threads=1)\n"

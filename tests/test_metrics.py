@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankcollapse.metrics import (
+from rankcollapse.core.metrics import (
     attention_spectrum,
     composite_norm,
     effective_rank,

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rankcollapse.model import PRESETS, ModelConfig, Transformer, build, token_mean
+from rankcollapse.core.model import PRESETS, ModelConfig, Transformer, build, token_mean
 
 VARIANTS = sorted(PRESETS)
 

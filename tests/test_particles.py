@@ -1,4 +1,5 @@
-"""Tests for the KGR26 particle system and its homogenized limits (rankcollapse.particles).
+"""Tests for the KGR26 particle system and its homogenized limits
+(rankcollapse.experiments.homogenized.particles).
 
 Statistical tests compare a Monte Carlo mean with a reference using the standard error (SE) of
 the estimate; every tolerance is stated and justified next to the assertion. Seeds are fixed so
@@ -15,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankcollapse.particles import (
+from rankcollapse.experiments.homogenized.particles import (
     HEAD_NORMS,
     antipodal_exponent,
     arcsin_law,
@@ -311,7 +312,7 @@ def test_head_average_is_the_papers_update_rule(H: int) -> None:
 
 
 def attention_layer_loop_ref(*args):
-    from rankcollapse.particles import attention_layer_loop
+    from rankcollapse.experiments.homogenized.particles import attention_layer_loop
 
     return attention_layer_loop(*args)
 

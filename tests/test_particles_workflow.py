@@ -11,8 +11,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from rankcollapse.config import ConfigError, check_config
-from rankcollapse.homogenized import (
+from rankcollapse.experiments.homogenized.studies import (
     TABLES,
     cluster_fractions,
     config_problems,
@@ -25,6 +24,7 @@ from rankcollapse.homogenized import (
     small_beta_summary,
     zero_crossings,
 )
+from rankcollapse.plan.config import ConfigError, check_config
 
 from conftest import ROOT, run_snakemake
 

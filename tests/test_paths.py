@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from rankcollapse import paths
-from rankcollapse.model import PRESETS
-from rankcollapse.tasks import make_task
-from rankcollapse.train import new_model
+from rankcollapse.core.model import PRESETS
+from rankcollapse.core.tasks import make_task
+from rankcollapse.experiments import paths
+from rankcollapse.training.train import new_model
 
 TASK_OPTIONS = {
     "sorting": {"train_size": 32, "test_size": 8},
@@ -152,7 +152,7 @@ def test_every_layer_and_every_head_with_residuals_is_the_full_network(variant, 
 def test_path_measurements_of_both_networks(tmp_path):
     """measure_saved on a post-LN network with biases gives full and sampled rows (no exact
     sums); on the LN-free network also the exact ones, whose full length is the network."""
-    from rankcollapse.train import run_job
+    from rankcollapse.training.train import run_job
 
     tables = {}
     for variant in ("san_skip_ln_bias", "san_skip"):

@@ -1,5 +1,5 @@
 """The probe (rankcollapse.probe) and its command (rankcollapse.cli): every family built tiny,
-saved with save_pretrained and probed by path; metrics equal rankcollapse.metrics; padding
+saved with save_pretrained and probed by path; metrics equal rankcollapse.core.metrics; padding
 respected; bad input refused before any computation with --out untouched; E1b's table unchanged
 by its move onto the probe."""
 
@@ -22,8 +22,9 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may touch the network
 transformers = pytest.importorskip("transformers")
 
-from rankcollapse import cli, probe, specs  # noqa: E402
-from rankcollapse import metrics as M  # noqa: E402
+from rankcollapse import cli, probe  # noqa: E402
+from rankcollapse.core import metrics as M  # noqa: E402
+from rankcollapse.plan import specs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 1500
@@ -135,7 +136,7 @@ def test_unknown_architecture_is_probed_unmodified(tmp_path):
 
 def test_checkpoint_tokenizer_reads_the_default_text_and_a_short_file_is_padded(
         tmp_path, capsys):
-    from rankcollapse.tasks import text_corpus
+    from rankcollapse.core.tasks import text_corpus
 
     words = collections.Counter(text_corpus().lower().split()).most_common(300)
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [w for w, _ in words]
@@ -286,7 +287,7 @@ def test_help_and_errors_come_before_torch_is_imported():
 
 @pytest.mark.parametrize("family", probe.FAMILIES)
 def test_metrics_equal_the_library_on_the_models_own_states(family):
-    """The unmodified model's table equals rankcollapse.metrics on the hidden states and
+    """The unmodified model's table equals rankcollapse.core.metrics on the hidden states and
     attentions the model itself returns (output_hidden_states / output_attentions)."""
     net = tiny(family)
     ids = probe.random_ids(3, 7, VOCAB, seed=0, low=1)

@@ -11,7 +11,7 @@ from torch import nn
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may touch the network
 pytest.importorskip("transformers")
 
-from rankcollapse import realarch  # noqa: E402
+from rankcollapse.experiments import realarch  # noqa: E402
 
 TINY = {  # small enough to build in milliseconds; vocabulary above realarch.FIRST_ID
     "bert": {"vocab_size": 1200, "hidden_size": 32, "num_hidden_layers": 3,

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rankcollapse.config import output_roots
+from rankcollapse.plan.config import output_roots
 
 from conftest import CI, claims_in, report_file, results_dir, run_snakemake
 

@@ -1,4 +1,5 @@
-"""The ensemble's device step (rankcollapse.step): no host synchronisation inside a window, the
+"""The ensemble's device step (rankcollapse.training.step): no host synchronisation inside a
+window, the
 compiled and captured engines equal to the eager one, precision as a recorded choice, and the
 capture-safe embedding. CUDA-graph tests need a GPU and skip without one, saying so."""
 
@@ -12,11 +13,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rankcollapse import ensemble as E
-from rankcollapse import step as S
-from rankcollapse import train as T
-from rankcollapse.model import PRESETS
-from rankcollapse.tasks import TaskData, make_task
+from rankcollapse.core.model import PRESETS
+from rankcollapse.core.tasks import TaskData, make_task
+from rankcollapse.training import ensemble as E
+from rankcollapse.training import step as S
+from rankcollapse.training import train as T
 
 MODEL = {"width": 16, "heads": 2, "mlp_ratio": 2, "depth": 2}
 BASE = T.TrainConfig(steps=12, batch=16, lr=2e-3, warmup=4, checkpoint_every=0, eval_every=6)

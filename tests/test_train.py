@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-from rankcollapse import trainplan
-from rankcollapse.config import ConfigError, check_config, output_roots
+from rankcollapse.core.model import PRESETS, TaskModel
+from rankcollapse.core.tasks import TASKS, make_task
+from rankcollapse.experiments.trained import escalation_fits, line_fit
 from rankcollapse.io import load_checked
-from rankcollapse.model import PRESETS, TaskModel
-from rankcollapse.tasks import TASKS, make_task
-from rankcollapse.train import measure_job, new_model, run_job
-from rankcollapse.trained import escalation_fits, line_fit
+from rankcollapse.plan import training as trainplan
+from rankcollapse.plan.config import ConfigError, check_config, output_roots
+from rankcollapse.training.train import measure_job, new_model, run_job
 
 from conftest import CI, run_snakemake
 
@@ -111,7 +111,7 @@ def test_same_seed_same_initial_model():
 def _job_command(out: Path) -> list[str]:
     code = (
         "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
-        "from rankcollapse.train import run_job\n"
+        "from rankcollapse.training.train import run_job\n"
         f"run_job('digits', {{}}, {PRESETS['pre_ln']!r}, {MODEL!r}, {TRAIN!r}, 0,"
         f" {str(out / 'model.pt')!r}, {str(out / 'history.parquet')!r}, threads=1)\n"
     )
@@ -310,8 +310,8 @@ def test_a_job_without_an_estimate_takes_a_gpu_of_its_own(tmp_path):
 def test_damaged_checkpoint_is_never_trained_on(tmp_path, caplog, damage):
     """A damaged checkpoint is detected, logged, and training starts over from scratch, ending
     exactly where a run that never had a checkpoint ends."""
-    from rankcollapse.tasks import make_task
-    from rankcollapse.train import TrainConfig, new_model, train
+    from rankcollapse.core.tasks import make_task
+    from rankcollapse.training.train import TrainConfig, new_model, train
 
     data = make_task("digits")
     cfg = TrainConfig.from_dict({**TRAIN, "steps": 20, "checkpoint_every": 10})
@@ -337,7 +337,7 @@ def test_damaged_checkpoint_is_never_trained_on(tmp_path, caplog, damage):
 
 
 def test_constant_schedule_keeps_the_rate_after_warm_up():
-    from rankcollapse.train import TrainConfig, schedule
+    from rankcollapse.training.train import TrainConfig, schedule
 
     cosine = schedule(TrainConfig(steps=100, warmup=10))
     constant = schedule(TrainConfig(steps=100, warmup=10, schedule="constant"))
@@ -351,7 +351,7 @@ def test_constant_schedule_keeps_the_rate_after_warm_up():
 # --- the digits features and the text task -------------------------------------------------
 
 def test_digits_centred_patches_have_no_blank_token_and_raw_ones_do():
-    from rankcollapse.trained import blank_patch_share
+    from rankcollapse.experiments.trained import blank_patch_share
 
     assert blank_patch_share({"features": "raw"}) > 0.2
     assert blank_patch_share({}) == 0.0  # centred by default
@@ -367,7 +367,7 @@ def test_digits_validation_split_is_carved_from_training_and_disjoint():
 
 
 def test_text_blocks_are_contiguous_and_next_character_labels():
-    from rankcollapse.tasks import task_spec, text_corpus
+    from rankcollapse.core.tasks import task_spec, text_corpus
 
     data = make_task("text", length=8, eval_windows=4)
     assert data.spec.causal and data.spec == task_spec("text", length=8, eval_windows=4)

@@ -1,4 +1,5 @@
-"""Summaries of tuning tables (rankcollapse.trained): which arms selected a setting on an edge
+"""Summaries of tuning tables (rankcollapse.experiments.trained): which arms selected a setting
+on an edge
 of the grid their sweep tried (grid_edges, edge_mark). Synthetic tables, no training."""
 
 import itertools
@@ -6,7 +7,7 @@ import math
 
 import pandas as pd
 
-from rankcollapse.trained import edge_mark, grid_edges
+from rankcollapse.experiments.trained import edge_mark, grid_edges
 
 KEYS = ["task", "variant", "depth"]
 

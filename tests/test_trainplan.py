@@ -15,12 +15,12 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rankcollapse import trainplan
-from rankcollapse.config import ConfigError, check_config
-from rankcollapse.ensemble import Ensemble
-from rankcollapse.model import PRESETS, ModelConfig, build_task_model
-from rankcollapse.tasks import TASKS, make_task, task_spec
-from rankcollapse.train import new_model
+from rankcollapse.core.model import PRESETS, ModelConfig, build_task_model
+from rankcollapse.core.tasks import TASKS, make_task, task_spec
+from rankcollapse.plan import training as trainplan
+from rankcollapse.plan.config import ConfigError, check_config
+from rankcollapse.training.ensemble import Ensemble
+from rankcollapse.training.train import new_model
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())

@@ -1,13 +1,14 @@
-"""Per-arm tuning (rankcollapse.tuning): the grid, the selection rule, and one tiny tuned job."""
+"""Per-arm tuning (rankcollapse.training.tuning): the grid, the selection rule, and one tiny
+tuned job."""
 
 import math
 
 import pandas as pd
 import pytest
 
-from rankcollapse import tuning
-from rankcollapse.model import PRESETS
-from rankcollapse.tasks import make_task
+from rankcollapse.core.model import PRESETS
+from rankcollapse.core.tasks import make_task
+from rankcollapse.training import tuning
 
 
 def test_grid_is_the_product_and_scalars_are_sweeps_of_one():
@@ -70,7 +71,7 @@ def test_a_tiny_tuned_job_writes_sweep_and_final_rows(tmp_path):
     assert table[table.role == "sweep"].test_accuracy.isna().all()  # never looked at test
     history = pd.read_parquet(tmp_path / "history.parquet")
     assert set(history.seed) == {0, 1}
-    from rankcollapse.ensemble import load_members
+    from rankcollapse.training.ensemble import load_members
 
     assert [m["settings"]["seed"] for m in load_members(tmp_path / "ensemble.pt")] == [0, 1]
 
@@ -137,7 +138,7 @@ def test_halving_keeps_the_best_of_each_rung_and_is_deterministic(tmp_path):
     assert (table[table.selected & (table.role == "sweep")].rung == 1).all()
     assert table[table.role == "final"].rung.isna().all()
     assert set(table.precision) == {"float32"} and set(table.engine) == {"eager"}
-    from rankcollapse.trained import last_rungs, selected_settings
+    from rankcollapse.experiments.trained import last_rungs, selected_settings
 
     shown = last_rungs(table)  # each setting at the last rung it reached
     assert len(shown) == 4 * 2 and set(shown[shown.peak_lr.isin([k["lr"] for k in kept])]
@@ -192,7 +193,7 @@ def _arms_job(folder, depths):
 
 
 def test_arms_in_one_job_equal_each_arm_in_its_own_job(tmp_path):
-    from rankcollapse.ensemble import load_members
+    from rankcollapse.training.ensemble import load_members
 
     chosen, merged = _arms_job(tmp_path / "L1-2", [1, 2])
     alone = [_arms_job(tmp_path / f"L{d}", [d]) for d in (1, 2)]

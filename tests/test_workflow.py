@@ -51,10 +51,10 @@ CONFIGS = {"default": [], "ci": ["workflow/config/ci.yaml"],
 def test_configs_write_disjoint_outputs_each_under_its_own_roots(project):
     """Running one config after another overwrites nothing: the files each config plans (its
     outputs, logs and benchmarks, from a dry run in one fresh copy) lie under its own roots
-    (rankcollapse.config.output_roots of its `name`: results/ and report/report.* for the
+    (rankcollapse.plan.config.output_roots of its `name`: results/ and report/report.* for the
     default, results/<name>/ and report/<name>.* for the others) and no file or folder of one is
     a file or folder of another."""
-    from rankcollapse.config import config_name, output_roots
+    from rankcollapse.plan.config import config_name, output_roots
 
     planned = {}
     for config, files in CONFIGS.items():

@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from rankcollapse import io, plotting
-from rankcollapse.analysis import collapse_summary, exponent_pairs
+from rankcollapse.experiments.init_fits import collapse_summary, exponent_pairs
 from rankcollapse.claims import e1 as e1_claims
 from rankcollapse.notebooks import section
 

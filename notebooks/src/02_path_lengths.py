@@ -40,7 +40,7 @@ import pandas as pd
 from rankcollapse import io, plotting, references
 from rankcollapse.claims import e2 as e2_claims
 from rankcollapse.notebooks import section
-from rankcollapse.paths import PAPER_REFERENCE
+from rankcollapse.experiments.paths import PAPER_REFERENCE
 
 plotting.use_style()
 table = io.read_parquet(tables["paths"])

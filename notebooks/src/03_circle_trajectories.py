@@ -20,7 +20,7 @@
 # the skip trained as the residual recurrence it is rolled out as.
 # A roll-out **collapses** when the two tokens meet in one point and stay there, or when the
 # trajectory shrinks to a point (each token stays put for longer than moving at the data's
-# speed would allow), with the threshold of `rankcollapse.circle.COLLAPSE_FRACTION`; a trained
+# speed would allow), with the threshold of `rankcollapse.experiments.circle.COLLAPSE_FRACTION`; a trained
 # layer's time to collapse is the upper median over its start pairs.
 
 # %% tags=["parameters"]
@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from rankcollapse import io, plotting, references
-from rankcollapse.circle import COLLAPSE_FRACTION, circle_task, collapse_steps
+from rankcollapse.experiments.circle import COLLAPSE_FRACTION, circle_task, collapse_steps
 from rankcollapse.claims import e3 as e3_claims
 from rankcollapse.notebooks import section
 

@@ -52,7 +52,7 @@ from matplotlib.ticker import MaxNLocator
 from rankcollapse import io, plotting
 from rankcollapse.claims import e4 as e4_claims
 from rankcollapse.notebooks import section
-from rankcollapse.trained import blank_patch_share, escalation_fits, layer0_similarity
+from rankcollapse.experiments.trained import blank_patch_share, escalation_fits, layer0_similarity
 
 plotting.use_style()
 esc = settings["escalation"]

@@ -58,7 +58,7 @@ from matplotlib.ticker import MaxNLocator
 from rankcollapse import io, plotting
 from rankcollapse.claims import e5 as e5_claims
 from rankcollapse.notebooks import section
-from rankcollapse.trained import (
+from rankcollapse.experiments.trained import (
     edge_mark,
     final_accuracy,
     grid_edges,
@@ -101,7 +101,7 @@ print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements 
 # block only.
 
 # %%
-from rankcollapse.trained import edge_mark, grid_edges
+from rankcollapse.experiments.trained import edge_mark, grid_edges
 
 # Arms whose selected setting is the smallest or largest value their sweep tried (all rungs).
 edges = grid_edges(tuning)

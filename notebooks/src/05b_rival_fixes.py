@@ -44,7 +44,7 @@ import pandas as pd
 from rankcollapse import io, plotting
 from rankcollapse.claims import e5b as e5b_claims
 from rankcollapse.notebooks import section
-from rankcollapse.trained import final_accuracy, selected_settings
+from rankcollapse.experiments.trained import final_accuracy, selected_settings
 
 plotting.use_style()
 rivals, grid = settings["rival_fixes"], settings["depth_grid"]

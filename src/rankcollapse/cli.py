@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .specs import (
+from rankcollapse.plan.specs import (
     PROBE_ABLATIONS,
     PROBE_FAMILIES,
     PROBE_FAMILY_POSITIONS,
@@ -162,7 +162,7 @@ def device(wanted: str) -> str:
 def probe(args: argparse.Namespace) -> int:
     settings = checked(args)
     where = device(args.device)
-    from . import probe as library  # torch, transformers, pandas: after the checks
+    from rankcollapse import probe as library  # torch, transformers, pandas: after the checks
 
     target = library.resolve(args.target, args.layers, args.width, args.heads)
     result = library.run(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import __version__
+from rankcollapse import __version__
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path:

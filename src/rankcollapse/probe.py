@@ -3,7 +3,8 @@ its paths ablated, and the papers' claims judged on it.
 
 One implementation of the ablations and of the per-layer measurement serves two users: the
 command `rankcollapse probe` (rankcollapse.cli: any local checkpoint folder, or a random-init
-family) and experiment E1b (rankcollapse.realarch: BERT/ALBERT/XLNet-base as in Dong et al.'s
+family) and experiment E1b (rankcollapse.experiments.realarch: BERT/ALBERT/XLNet-base as in
+Dong et al.'s
 Fig. 2; rules workflow/rules/realarch.smk, notebook notebooks/src/01b_real_architectures.py,
 claims claims/e1b.py, config block `realarch`). The verdicts reuse claims/e1.py (collapse
 exponent) and claims/e4.py (escalation of token similarity) and the registry's rule.
@@ -15,7 +16,7 @@ published base checkpoints' configs), gpt2 (GPT-2 small) and llama (a Llama-styl
 RMSNorm, pre-norm, rotary positions, SwiGLU, at BERT-base size; not a published checkpoint).
 Attention runs as plain softmax ("eager"), so its matrices can be read.
 
-Ablations (rankcollapse.specs.PROBE_ABLATIONS says which model types take which):
+Ablations (rankcollapse.plan.specs.PROBE_ABLATIONS says which model types take which):
 
     san                no attention skip, no feed-forward block: attention only
     san_mlp            no attention skip, the feed-forward block kept (its residual and norm too)
@@ -42,7 +43,7 @@ row-stochastic because padded keys get zero weight). In a causal model that bloc
 lower-triangular, so its eigenvalues are its diagonal entries: |lambda_2| is the second-largest
 weight a token gives itself, read off the diagonal (what LAPACK returns, without its cost).
 De-escalation subtracts the mean over real tokens, or the prefix mean in a causal model
-(rankcollapse.model.token_mean), so that the model stays causal.
+(rankcollapse.core.model.token_mean), so that the model stays causal.
 
 Cost. |lambda_2| of bidirectional attention needs the eigenvalues of every head's n x n matrix
 (LAPACK), the most expensive metric: `spectrum_sequences` limits it to the first sequences.
@@ -70,9 +71,9 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from . import metrics as M
-from .model import token_mean
-from .specs import (
+from rankcollapse.core import metrics as M
+from rankcollapse.core.model import token_mean
+from rankcollapse.plan.specs import (
     PROBE_FAMILIES,
     PROBE_OUTPUTS,
     TOKENIZER_FILES,
@@ -81,7 +82,7 @@ from .specs import (
     probe_ablations,
     read_text,  # noqa: F401 - part of the probe's API
 )
-from .specs import max_positions as _max_positions
+from rankcollapse.plan.specs import max_positions as _max_positions
 
 FAMILIES = PROBE_FAMILIES
 ABLATIONS = {  # name: (attention skip kept, feed-forward block kept, de-escalation)
@@ -852,7 +853,7 @@ def load_tokenizer(path: str | Path):
 
 def default_text() -> str:
     """The standard library's pydoc_data.topics (the Python reference manual's topics)."""
-    from .tasks import text_corpus
+    from rankcollapse.core.tasks import text_corpus
 
     return text_corpus()
 
@@ -1065,7 +1066,7 @@ def run(target: Target, *, input_kind: str = "auto", text: str | None = None,
     table.insert(0, "weights", weights)
     table.insert(0, "model", target.name)
 
-    from . import io
+    from rankcollapse import io
 
     settings = {"target": target.name, "model_type": target.kind, "weights": weights,
                 "sizes": target.config if target.path is None else None,
@@ -1146,9 +1147,9 @@ def measure_claims(table: pd.DataFrame, checkpoint: bool, dtype: str = "float32"
     (columns seed, ablation, sample, layer and the metrics), by the code that measures them in
     E1 and E4. The unit of replication is the random network (seed); a checkpoint is one
     network, so its values carry no interval over runs (said in the method)."""
-    from .claims import Measurement, not_testable
-    from .claims import e1 as e1_claims
-    from .claims import e4 as e4_claims
+    from rankcollapse.claims import Measurement, not_testable
+    from rankcollapse.claims import e1 as e1_claims
+    from rankcollapse.claims import e4 as e4_claims
 
     wanted = CLAIMS_CHECKPOINT if checkpoint else CLAIMS_INIT
     out = []
@@ -1176,7 +1177,7 @@ def judge_on_model(table: pd.DataFrame, info: dict, registry: str | Path = REGIS
                    ) -> list[dict]:
     """The registered claims that apply to any model, judged on this one by the registry's
     rule, each with its generated sentence prefixed by what it concerns."""
-    from .claims import RegistryError, judge, load_registry, sentence
+    from rankcollapse.claims import RegistryError, judge, load_registry, sentence
 
     try:
         specs = load_registry(registry)
@@ -1210,7 +1211,7 @@ PANELS = (  # metric, title, log scale
 
 
 def _colour(ablation: str) -> str:
-    from . import plotting
+    from rankcollapse import plotting
 
     return {"transformer": "#000000",
             "transformer_deesc": plotting.variant_color("post_ln_deesc"),
@@ -1243,7 +1244,7 @@ def figure(result: Result):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-    from . import plotting
+    from rankcollapse import plotting
 
     plotting.use_style()
     table, info = result.table, result.info
@@ -1294,7 +1295,7 @@ def outputs(out: str | Path) -> list[Path]:
 def write(result: Result, out: str | Path, force: bool = False) -> list[Path]:
     """Write the figure (PNG, PDF, SVG), layers.parquet, layers.csv and probe.json into `out`;
     refuses to overwrite any of them unless force."""
-    from . import io, plotting
+    from rankcollapse import io, plotting
 
     existing = [p for p in outputs(out) if p.exists()]
     if existing and not force:
@@ -1329,7 +1330,7 @@ def _jsonable(value):
 
 
 def _verdict_rule() -> str:
-    from .claims import VERDICT_RULE
+    from rankcollapse.claims import VERDICT_RULE
 
     return VERDICT_RULE
 

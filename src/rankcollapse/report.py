@@ -15,7 +15,7 @@ import jinja2
 import pandas as pd
 import yaml
 
-from .claims import (
+from rankcollapse.claims import (
     DIAGNOSIS_RULE,
     KIND_TITLES,
     KINDS,
@@ -28,7 +28,7 @@ from .claims import (
     load_registry,
     registry_hash,
 )
-from .io import atomic_write, provenance
+from rankcollapse.io import atomic_write, provenance
 
 
 def load_sections(paths: list[str | os.PathLike]) -> list[dict]:
@@ -72,9 +72,9 @@ def _list(values) -> str:
 
 def _e5_size(c: dict) -> str:
     """E5's tuned grid: arms, sweep members and final seeds per arm."""
-    from .trainplan import grid_depths, tuned_runs
-    from .tuning import grid as sweep_grid
-    from .tuning import rung_steps
+    from rankcollapse.plan.training import grid_depths, tuned_runs
+    from rankcollapse.training.tuning import grid as sweep_grid
+    from rankcollapse.training.tuning import rung_steps
 
     g = c["depth_grid"]
     arms = tuned_runs(c)
@@ -100,7 +100,7 @@ def _e5_size(c: dict) -> str:
 
 def _e5b_size(c: dict) -> str:
     """E5b: the rival fixes, tuned as E5 arms at the deepest depth of their task."""
-    from .trainplan import grid_depths
+    from rankcollapse.plan.training import grid_depths
 
     r, g = c["rival_fixes"], c["depth_grid"]
     deepest = grid_depths(g, r["task"])[-1]
@@ -200,8 +200,8 @@ def numerics_note(config: dict, experiments: list[str]) -> dict | None:
 def method_notes(experiments: list[str], config: dict | None = None) -> list[dict]:
     """Definitions the claims of these experiments rest on, one paragraph each (methods text:
     what a quantity means, never a finding); numbers come from the library's constants."""
-    from .circle import COLLAPSE_FRACTION
-    from .claims import e2
+    from rankcollapse.claims import e2
+    from rankcollapse.experiments.circle import COLLAPSE_FRACTION
 
     notes = {
         "E2": (
@@ -258,7 +258,7 @@ def wall_times(benchmarks: list[str | os.PathLike]) -> pd.DataFrame:
 
     The rule is the first folder under the config's benchmarks folder:
     results/benchmarks/<rule>/... for the default config, results/<name>/benchmarks/<rule>/...
-    for the others (rankcollapse.config.output_roots).
+    for the others (rankcollapse.plan.config.output_roots).
     """
     per_rule: dict[str, list[float]] = defaultdict(list)
     for path in benchmarks:
@@ -330,7 +330,7 @@ def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
 
 def short_sentence(row: dict) -> str:
     """The abstract's form of a verdict sentence: the verdict phrase and the quoted claim."""
-    from .claims import PHRASES
+    from rankcollapse.claims import PHRASES
 
     phrase = PHRASES[row["kind"]][row["verdict"]]
     return f"{phrase}: “{row['statement'].rstrip('.')}” ({row['experiment']})."

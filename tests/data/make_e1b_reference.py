@@ -9,9 +9,10 @@ import sys
 
 import pandas as pd
 
-from rankcollapse import realarch, runtime
-
 # Tiny sizes (milliseconds per forward pass); vocabulary large enough for the packaged text.
+from rankcollapse import runtime
+from rankcollapse.experiments import realarch
+
 TINY = {
     "bert": {"vocab_size": 3000, "hidden_size": 32, "num_hidden_layers": 3,
              "num_attention_heads": 2, "intermediate_size": 64},

@@ -2,7 +2,7 @@
 # Logic belongs in src/rankcollapse; this file stays small.
 from snakemake.utils import min_version, validate
 
-from rankcollapse.config import check_config, check_schema, load_schema, output_roots
+from rankcollapse.plan.config import check_config, check_schema, load_schema, output_roots
 
 min_version("9.0")
 
@@ -12,7 +12,7 @@ check_schema(config, load_schema(workflow.source_path("../schemas/config.schema.
 validate(config, "../schemas/config.schema.yaml")
 check_config(config)
 
-# Where this config writes (rankcollapse.config.output_roots, by the config's `name`): results/
+# Where this config writes (rankcollapse.plan.config.output_roots, by the config's `name`): results/
 # and report/report.{html,pdf} for `default`, results/<name>/ and report/<name>.{html,pdf} for
 # any other name, so that configs never overwrite each other. Every output path below and in
 # the rules is built from RESULTS (through results(), below), REPORT (the report without its
@@ -35,7 +35,7 @@ def figures(experiment):
 
 # The planners, imported once the config has passed. They import neither torch nor pandas (a test
 # checks it): every snakemake process parses this file, each SLURM job and each resume included.
-from rankcollapse import homogenized_plan, trainplan  # noqa: E402
+from rankcollapse.plan import particles as homogenized_plan, training as trainplan  # noqa: E402
 
 
 wildcard_constraints:
@@ -189,7 +189,7 @@ def init_sweep_params(wildcards):
 
 
 def particle_plan():
-    """{study: {point: params}} of E6 (rankcollapse.homogenized_plan.plan)."""
+    """{study: {point: params}} of E6 (rankcollapse.plan.particles.plan)."""
     return homogenized_plan.plan(config["particles"], config["init_sweep"])
 
 
@@ -212,7 +212,7 @@ def particle_params(wildcards):
 
 # Training: all members (seeds x optimiser settings) of one (task, variant, depth) train as one
 # ensemble job, split into parts when they would not fit train.ensemble_memory_mb
-# (rankcollapse.trainplan); the tables of an experiment keep its own members.
+# (rankcollapse.plan.training); the tables of an experiment keep its own members.
 ENSEMBLES = {
     (job.task, job.variant, str(job.depth), str(job.part)): job
     for job in trainplan.ensembles(config)
@@ -283,7 +283,7 @@ def train_gpu_mb(wildcards):
 
 
 # E5 (and E5b's rival fixes): one tuned job per (task, variant, depth), or per (task, variant)
-# over its shallow depths (depth_grid.merge_depths_up_to; rankcollapse.trainplan.tuned_jobs).
+# over its shallow depths (depth_grid.merge_depths_up_to; rankcollapse.plan.training.tuned_jobs).
 TUNED = (
     {job.key: job for job in trainplan.tuned_jobs(config)}
     if {"E5", "E5b"} & set(config["report"]["experiments"])

@@ -1,5 +1,5 @@
 # E6: random multi-head attention on the sphere [KGR26]. One job per point of a study (a point
-# batches a whole grid: rankcollapse.homogenized_plan.plan), then one job that collects a table per
+# batches a whole grid: rankcollapse.plan.particles.plan), then one job that collects a table per
 # group of studies.
 
 

@@ -5,7 +5,7 @@
 # member's per-layer metrics (trained and at init) on a fixed test batch in one batched pass on
 # the CPU (metrics.parquet): a few small forward passes, not worth a job of their own.
 # With train.gpu 1 every training job declares the GPU memory it needs (resources: gpu_mb,
-# rankcollapse.trainplan's estimate) and claims that much room on a local GPU (runtime.claim_gpu),
+# rankcollapse.plan.training's estimate) and claims that much room on a local GPU (runtime.claim_gpu),
 # so several small jobs share one GPU while their sum fits: run with
 # --resources gpu_mb=<MB of all your GPUs>. The SLURM profile asks for one GPU per job instead.
 
@@ -32,7 +32,7 @@ rule train:
         "../scripts/train.py"
 
 
-# E5: one job per (task, variant, depth) tunes its own optimiser settings (rankcollapse.tuning):
+# E5: one job per (task, variant, depth) tunes its own optimiser settings (rankcollapse.training.tuning):
 # the sweep on the tuning seeds as one ensemble, selected on the validation split, then the
 # fresh seeds at the selected setting as a second ensemble; tuning.parquet has a row per member
 # of both (role sweep / final); metrics.parquet the final members' per-layer metrics. With

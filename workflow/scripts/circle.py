@@ -3,7 +3,7 @@
 import logging
 
 from rankcollapse import io
-from rankcollapse.circle import run_job
+from rankcollapse.experiments.circle import run_job
 
 io.log_to(snakemake.log[0])
 table = run_job(**snakemake.params.job, threads=snakemake.threads)

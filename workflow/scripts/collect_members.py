@@ -3,7 +3,8 @@ members (an ensemble may also hold members that another experiment asked for).""
 
 import logging
 
-from rankcollapse import io, trainplan
+from rankcollapse import io
+from rankcollapse.plan import training as trainplan
 
 io.log_to(snakemake.log[0])
 table = io.concat_parquet(snakemake.input)

@@ -5,7 +5,7 @@ import logging
 import pandas as pd
 
 from rankcollapse import io, runtime
-from rankcollapse.sweep import init_sweep
+from rankcollapse.experiments.init_sweep import init_sweep
 
 io.log_to(snakemake.log[0])
 job, variant = snakemake.params.job, snakemake.wildcards.variant

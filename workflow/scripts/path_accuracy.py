@@ -7,10 +7,10 @@ import logging
 import pandas as pd
 
 from rankcollapse import io
-from rankcollapse.ensemble import Member, load_members
-from rankcollapse.paths import measure_saved
-from rankcollapse.tasks import make_task
-from rankcollapse.train import TrainConfig
+from rankcollapse.core.tasks import make_task
+from rankcollapse.experiments.paths import measure_saved
+from rankcollapse.training.ensemble import Member, load_members
+from rankcollapse.training.train import TrainConfig
 
 io.log_to(snakemake.log[0])
 w = snakemake.wildcards

@@ -5,7 +5,7 @@ of every member, trained and at init, measured on the CPU -> metrics.parquet."""
 import logging
 
 from rankcollapse import io
-from rankcollapse.ensemble import run_job, write_metrics
+from rankcollapse.training.ensemble import run_job, write_metrics
 
 io.log_to(snakemake.log[0])
 w = snakemake.wildcards

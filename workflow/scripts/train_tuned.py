@@ -2,12 +2,12 @@
 variant: depth_grid.merge_depths_up_to) tuned in turn, sweep on the tuning seeds, selected on
 validation, the final seeds trained -> ensemble.pt (final members), history.parquet,
 tuning.parquet (every member); the final members' per-layer metrics, trained and at init, on
-the CPU -> metrics.parquet (rankcollapse.tuning.run_tuned_arms)."""
+the CPU -> metrics.parquet (rankcollapse.training.tuning.run_tuned_arms)."""
 
 import logging
 
 from rankcollapse import io
-from rankcollapse.tuning import run_tuned_arms
+from rankcollapse.training.tuning import run_tuned_arms
 
 io.log_to(snakemake.log[0])
 w = snakemake.wildcards

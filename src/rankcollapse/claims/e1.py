@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..analysis import exponent_of, exponent_pairs, exponent_units
-from . import Measurement, not_testable, over_runs
+from rankcollapse.claims import Measurement, not_testable, over_runs
+from rankcollapse.experiments.init_fits import exponent_of, exponent_pairs, exponent_units
 
 # claim id -> the variant whose exponent it is about
 VARIANT = {

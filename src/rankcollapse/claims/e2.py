@@ -17,8 +17,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from .. import references
-from . import Measurement, at_scale, not_testable, over_runs
+from rankcollapse import references
+from rankcollapse.claims import Measurement, at_scale, not_testable, over_runs
 
 TASKS = ("memorisation", "sorting", "hull")
 PAPER_IDS = tuple(f"E2.{what}_{task}"

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..trained import fits_from_layer_means, layer_means
-from . import Measurement, exact, not_testable, over_runs
+from rankcollapse.claims import Measurement, exact, not_testable, over_runs
+from rankcollapse.experiments.trained import fits_from_layer_means, layer_means
 
 FITS = {  # claim: (view, variant, fit key)
     "E4.escalation_post_ln_init": ("init_gaussian", "post_ln", "rho"),

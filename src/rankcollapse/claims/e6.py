@@ -17,7 +17,8 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from ..homogenized import (
+from rankcollapse.claims import LEVEL, Measurement, exact, not_testable, over_runs
+from rankcollapse.experiments.homogenized.studies import (
     final_overlaps,
     homog_finals,
     homog_limit_final,
@@ -27,7 +28,6 @@ from ..homogenized import (
     simplex_cells,
     small_beta_cells,
 )
-from . import LEVEL, Measurement, exact, not_testable, over_runs
 
 IDS: tuple[str, ...] = (
     "E6.drift_vanishes",

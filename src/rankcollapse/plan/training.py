@@ -5,7 +5,8 @@ for runs of architectures (task, variant, depth) over seeds and optimiser settin
 gives `lr`, `warmup` and `weight_decay` as a number or a list (a sweep); an experiment's members
 for one architecture are the product seeds x lr x warmup x weight_decay. All members of one
 architecture, whichever experiments ask
-for them, train as one ensemble (`rankcollapse.ensemble`), split into several when they would
+for them, train as one ensemble (`rankcollapse.training.ensemble`), split into several when
+they would
 not fit `train.ensemble_memory_mb`:
 
     groups(config)        {(task, variant, depth): Group}: model, shared training options, members
@@ -23,8 +24,8 @@ import itertools
 import math
 from dataclasses import asdict, dataclass, fields
 
-from .specs import MEMBER_FIELDS, ModelConfig, TrainConfig
-from .tasks import TaskSpec, task_spec
+from rankcollapse.core.tasks import TaskSpec, task_spec
+from rankcollapse.plan.specs import MEMBER_FIELDS, ModelConfig, TrainConfig
 
 # Experiments trained through the `train` rule; E5 and E5b are tuned per arm (`tuned_runs`).
 EXPERIMENTS = ("E4", "E2")

@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .model import SelfAttention, TaskModel
+from rankcollapse.core.model import SelfAttention, TaskModel
 
 
 def check_decomposable(model: TaskModel) -> None:
@@ -319,9 +319,9 @@ def measure_saved(saved: dict, eval_size: int, samples, repeats: int,
     for "sampled"), k, accuracy, std, paths (how many paths of that length exist), network
     ("post_ln" or "ln_free"), bias, the run's identity and its baselines. `data`: the task's
     TaskData when the caller has built it already (the members of one ensemble share it)."""
-    from . import io, runtime
-    from .tasks import make_task
-    from .train import new_model
+    from rankcollapse import io, runtime
+    from rankcollapse.core.tasks import make_task
+    from rankcollapse.training.train import new_model
 
     settings = saved["settings"]
     runtime.setup(threads, settings["seed"])

@@ -75,7 +75,7 @@ def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
 def seed_interval(values, resamples: int = 1000) -> tuple[float, float, float, str]:
     """(mean, low, high, method) of per-seed values: a 95% percentile bootstrap of the mean over
     seeds with >= 5 seeds, the range of the seeds with fewer (as the claims' intervals)."""
-    from .claims import over_runs, sample_interval
+    from rankcollapse.claims import over_runs, sample_interval
 
     values = [float(v) for v in values]
     if not values:
@@ -155,7 +155,7 @@ def blank_patch_share(task_options: dict) -> float:
     """Share of the digits patches (train, validation and test) whose features are all zero."""
     import torch
 
-    from .tasks import make_task
+    from rankcollapse.core.tasks import make_task
 
     data = make_task("digits", **task_options)
     parts = [p for p in (data.x_train, data.x_val, data.x_test) if p is not None]
@@ -170,9 +170,9 @@ def layer0_similarity(task_options: dict, variant: dict, model_options: dict, se
     mean over the first `eval_size` test images."""
     import torch
 
-    from .metrics import token_similarity
-    from .tasks import make_task
-    from .train import new_model
+    from rankcollapse.core.metrics import token_similarity
+    from rankcollapse.core.tasks import make_task
+    from rankcollapse.training.train import new_model
 
     rows = []
     for option in dict.fromkeys(features):

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .metrics import mean_token_norm_sq  # |mean_i x_i|^2, (..., n, d) -> (...)
+from rankcollapse.core.metrics import mean_token_norm_sq  # |mean_i x_i|^2, (..., n, d) -> (...)
 
 Regime = Literal["ballistic", "diffusive"]
 HeadNorm = Literal["mean", "sum", "sqrt"]

@@ -1,7 +1,7 @@
 """Per-arm tuning: choose each architecture's optimiser settings on a validation split, then
 train fresh seeds at the chosen setting (E5).
 
-One arm per (task, variant, depth), trained as ensembles (`rankcollapse.ensemble`); a
+One arm per (task, variant, depth), trained as ensembles (`rankcollapse.training.ensemble`); a
 workflow job tunes one arm, or several shallow arms of one (task, variant) one after another
 (`run_tuned_arms`, `depth_grid.merge_depths_up_to`):
 
@@ -41,8 +41,10 @@ from types import SimpleNamespace
 import pandas as pd
 import torch
 
-from . import io, runtime
-from .ensemble import (
+from rankcollapse import io, runtime
+from rankcollapse.core.tasks import TaskData, make_task
+from rankcollapse.plan.training import split
+from rankcollapse.training.ensemble import (
     MEMBER_FIELDS,
     NUMERICS_COLUMNS,
     Ensemble,
@@ -54,10 +56,8 @@ from .ensemble import (
     write_members,
     write_metrics,
 )
-from .step import autocast
-from .tasks import TaskData, make_task
-from .train import new_model
-from .trainplan import split
+from rankcollapse.training.step import autocast
+from rankcollapse.training.train import new_model
 
 log = logging.getLogger(__name__)
 

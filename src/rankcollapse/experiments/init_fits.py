@@ -126,7 +126,7 @@ def collapse_summary(table: pd.DataFrame, value: str, floor: float, max_residual
     seeds, pairs (fitted layer pairs), sequences, final (median value at the last layer) and
     collapse_layer (median first layer below 1e-6).
     """
-    from .claims import over_runs, sample_interval
+    from rankcollapse.claims import over_runs, sample_interval
 
     rows = []
     for variant, t in table.groupby("variant", sort=False):

@@ -155,7 +155,9 @@ def check_config(config: dict) -> None:
     problems += _training_problems(config, defined)
     problems += _paths_problems(config, defined)
     problems += _realarch_problems(config.get("realarch", {}))
-    from .homogenized_plan import config_problems  # E6's cross-field checks live with its plan
+    from rankcollapse.plan.particles import (
+        config_problems,  # E6's cross-field checks live with its plan
+    )
 
     problems += config_problems(config.get("particles", {}))
     if problems:
@@ -166,7 +168,7 @@ def _realarch_problems(realarch: dict) -> list[str]:
     """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type
     (what save_pretrained writes), for a model that the run measures. Checked here, when the
     workflow is planned, rather than inside the job that would load it."""
-    from .specs import ProbeError, checkpoint_config
+    from rankcollapse.plan.specs import ProbeError, checkpoint_config
 
     problems = []
     models = realarch.get("models", [])
@@ -188,7 +190,7 @@ def _realarch_problems(realarch: dict) -> list[str]:
 
 def _training_problems(config: dict, defined: list[str]) -> list[str]:
     """Cross-references of the training blocks (train, escalation, depth_grid, report)."""
-    from .tasks import TASKS
+    from rankcollapse.core.tasks import TASKS
 
     problems = []
     known_tasks = sorted(TASKS)
@@ -241,7 +243,7 @@ def _training_problems(config: dict, defined: list[str]) -> list[str]:
         problems.append(f"train.width={train['width']} is not divisible by "
                         f"train.heads={train['heads']}")
     if not problems:
-        from .trainplan import groups
+        from rankcollapse.plan.training import groups
 
         try:  # one ensemble per (task, variant, depth): its members must share the model
             groups(config)
@@ -256,7 +258,7 @@ def _paths_problems(config: dict, defined: list[str]) -> list[str]:
     """Cross-references of E2's `paths` block: its variants must be ensembles of paths (skips,
     no MLP, no LayerNorm or a post-LN), its tasks known, its runs not shared with E4/E5 (whose
     model and optimiser settings differ); and E3's start pairs must exist."""
-    from .tasks import TASKS
+    from rankcollapse.core.tasks import TASKS
 
     problems = []
     circle = config.get("circle", {})
@@ -299,11 +301,11 @@ def _paths_problems(config: dict, defined: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m rankcollapse.config FIELD CONFIGFILE...`: print one of the output roots
+    """`python -m rankcollapse.plan.config FIELD CONFIGFILE...`: print one of the output roots
     (results, report, figures, snakemake_report) of the config built from the files, as
     `snakemake --configfile` merges them over the Snakefile's default (the Makefile's messages)."""
     if len(argv) < 2 or argv[0] not in OutputRoots._fields:
-        print(f"usage: python -m rankcollapse.config {{{','.join(OutputRoots._fields)}}} "
+        print(f"usage: python -m rankcollapse.plan.config {{{','.join(OutputRoots._fields)}}} "
               "CONFIGFILE...", file=sys.stderr)
         return 2
     print(getattr(output_roots({"name": config_name(argv[1:])}), argv[0]))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from .metrics import layer_metrics
-from .model import build
+from rankcollapse.core.metrics import layer_metrics
+from rankcollapse.core.model import build
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 

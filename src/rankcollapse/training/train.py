@@ -25,11 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import io, runtime
-from .metrics import layer_metrics, token_similarity
-from .model import TaskModel, build_task_model
-from .specs import SCHEDULES, TrainConfig  # noqa: F401 - re-exported, defined without torch
-from .tasks import TaskData, TaskSpec, make_task
+from rankcollapse import io, runtime
+from rankcollapse.core.metrics import layer_metrics, token_similarity
+from rankcollapse.core.model import TaskModel, build_task_model
+from rankcollapse.core.tasks import TaskData, TaskSpec, make_task
+from rankcollapse.plan.specs import SCHEDULES, TrainConfig  # noqa: F401 - re-exported, defined without torch
 
 log = logging.getLogger(__name__)
 

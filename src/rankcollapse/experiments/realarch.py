@@ -31,8 +31,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from . import probe
-from .probe import (  # noqa: F401 - E1b's names for the probe's parts
+from rankcollapse import probe
+from rankcollapse.probe import (  # noqa: F401 - E1b's names for the probe's parts
     FIRST_ID,
     AlbertAttentionAblated,
     AlbertLayerAttentionOnly,

@@ -36,11 +36,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import io, runtime
-from .metrics import relative_residual
-from .model import Block, ModelConfig
-from .tasks import TaskData, TaskSpec
-from .train import TrainConfig
+from rankcollapse import io, runtime
+from rankcollapse.core.metrics import relative_residual
+from rankcollapse.core.model import Block, ModelConfig
+from rankcollapse.core.tasks import TaskData, TaskSpec
+from rankcollapse.training.train import TrainConfig
 
 # name -> (layer protocol, residual in the recurrence, MLP in the layer)
 SETUPS: dict[str, dict] = {
@@ -215,7 +215,7 @@ def run_setup(setup: str, width: int, heads: int, mlp_ratio: int, task_options: 
     distance and relative residual ‖X − 1x̄ᵀ‖_F/‖X‖_F; with the run's identity and its final
     training MSE.
     """
-    from .ensemble import Ensemble, Member, train_ensemble
+    from rankcollapse.training.ensemble import Ensemble, Member, train_ensemble
 
     data = circle_task(**task_options)
     if "clip" in train_options and train_options["clip"] is None:

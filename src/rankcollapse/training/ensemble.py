@@ -22,7 +22,8 @@ frozen with its last finite weights; the others go on unchanged.
 Layout: all parameters of all members live in one (K, P) buffer, and each parameter the model
 sees is a (K, *shape) view of it, so one gradient with respect to the buffer is every member's.
 AdamW and clipping are then a handful of operations on (K, P) tensors with per-member (K, 1)
-learning rates, whatever the depth. The step itself (`rankcollapse.step`) runs on the device
+learning rates, whatever the depth. The step itself (`rankcollapse.training.step`) runs on the
+device
 without host synchronisation between evaluations and checkpoints, eagerly, captured in a CUDA
 graph, or compiled (`train.engine`), in a recorded precision (`train.precision`).
 
@@ -50,12 +51,24 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from . import io, runtime
-from .metrics import layer_metrics, token_similarity
-from .specs import MEMBER_FIELDS
-from .step import DeviceStep, autocast, clip_per_member, effective_precision, matmul_precision
-from .tasks import TaskData, make_task
-from .train import TrainConfig, TrainResult, loss_and_correct, new_model, schedule
+from rankcollapse import io, runtime
+from rankcollapse.core.metrics import layer_metrics, token_similarity
+from rankcollapse.core.tasks import TaskData, make_task
+from rankcollapse.plan.specs import MEMBER_FIELDS
+from rankcollapse.training.step import (
+    DeviceStep,
+    autocast,
+    clip_per_member,
+    effective_precision,
+    matmul_precision,
+)
+from rankcollapse.training.train import (
+    TrainConfig,
+    TrainResult,
+    loss_and_correct,
+    new_model,
+    schedule,
+)
 
 __all__ = ["Ensemble", "Member", "clip_per_member", "evaluate_members", "train_ensemble"]
 
@@ -145,7 +158,7 @@ class Ensemble:
         self.flat = torch.cat([params[n].detach().reshape(len(models), -1)
                                for n in self.names], 1).contiguous()
         # Attention backends under vmap: the fused CPU kernel has no batching rule (see the
-        # module docstring); rankcollapse.step may allow the fused GPU kernels.
+        # module docstring); rankcollapse.training.step may allow the fused GPU kernels.
         self.attention = [SDPBackend.MATH]
         self.finals: list[dict[str, Tensor]] = []  # every member's weights after training
 
@@ -283,7 +296,7 @@ def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member]
     """Train every member of `ensemble` (built from `members`, in order) on `data`.
 
     The step runs on the ensemble's device without host synchronisation between evaluations
-    and checkpoints (`rankcollapse.step`). Resumes from `checkpoint` when it exists and its
+    and checkpoints (`rankcollapse.training.step`). Resumes from `checkpoint` when it exists and its
     fingerprint matches (one of other settings is ignored and overwritten). `evaluate(ensemble)`
     gives every member's (loss, accuracy) at the evaluation steps (kept for the members still
     training); by default on the test split, as train.train does. Returns one TrainResult per

@@ -62,7 +62,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
         """Build a config, failing fast on keys that are not fields (a typo is an error)."""
-        from .config import from_fields
+        from rankcollapse.plan.config import from_fields
 
         return from_fields(cls, values, "model")
 
@@ -94,14 +94,14 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
-        from .config import from_fields
+        from rankcollapse.plan.config import from_fields
 
         return from_fields(cls, values, "training")
 
 
 # "constant" is Dong et al.'s Adam at a fixed rate (their circle and sorting runs).
 SCHEDULES = ("cosine", "constant")
-# The recorded numeric choices of a training job (rankcollapse.step explains each).
+# The recorded numeric choices of a training job (rankcollapse.training.step explains each).
 PRECISIONS = ("float32", "tf32", "bf16")
 ENGINES = ("auto", "eager", "graph", "compile")
 ATTENTION = ("math", "fused")

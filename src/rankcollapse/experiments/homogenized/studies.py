@@ -37,19 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .homogenized_plan import (  # noqa: F401 - re-exported: the plan, without torch
-    BETA_RULES,
-    BOUNDARY_TOKENS,
-    TABLES,
-    config_problems,
-    heads_for_depth,
-    layers_for,
-    plan,
-    point_seed,
-    record_every,
-    sub_seed,
-)
-from .particles import (
+from rankcollapse.experiments.homogenized.particles import (
     antipodal_exponents,
     derived_overlap_law,
     equal_overlap_tokens,
@@ -75,6 +63,18 @@ from .particles import (
     solve_simplex_ode,
     step_size,
     uniform_tokens,
+)
+from rankcollapse.plan.particles import (  # noqa: F401 - re-exported: the plan, without torch
+    BETA_RULES,
+    BOUNDARY_TOKENS,
+    TABLES,
+    config_problems,
+    heads_for_depth,
+    layers_for,
+    plan,
+    point_seed,
+    record_every,
+    sub_seed,
 )
 
 
@@ -102,7 +102,7 @@ def drift_z(X0: torch.Tensor, H: int, beta: float, draws: int, seed: int,
             head_norm: str) -> float:
     """Largest ``|mean| / SE`` over the ``n d`` components of the one-layer head output from
     ``X0`` over ``draws`` independent weight draws (``lem:lemma_app``: its mean is 0)."""
-    from .particles import multihead_update
+    from rankcollapse.experiments.homogenized.particles import multihead_update
 
     g = torch.Generator().manual_seed(seed)
     n, d = X0.shape
@@ -410,7 +410,11 @@ def one_layer_drift(X0: torch.Tensor, beta: float, dtau: float, draws: int, seed
     One head, step ``eta = sqrt(dtau)``; antithetic pairs (V and -V share Q, K), which cancel
     the first-order noise. Returns (mean, standard error over the ``draws`` pairs).
     """
-    from .particles import project_to_sphere, sample_projections, update_from_projections
+    from rankcollapse.experiments.homogenized.particles import (
+        project_to_sphere,
+        sample_projections,
+        update_from_projections,
+    )
 
     g = torch.Generator().manual_seed(seed)
     n, d = X0.shape

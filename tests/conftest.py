@@ -480,7 +480,7 @@ def claims_in(run: Path, name: str) -> list[dict]:
 
     from rankcollapse.claims import load_registry
 
-    registry = load_registry(run / "workflow/claims.yaml")
+    registry = load_registry(run / "src/rankcollapse/claims/claims.yaml")
     out = []
     for path in sorted((results_dir(run, name) / "numbers").glob("E*.json")):
         section = json.loads(path.read_text())

@@ -28,7 +28,7 @@ from rankcollapse.claims import (
 
 from conftest import ROOT
 
-REGISTRY_PATH = ROOT / "workflow/claims.yaml"
+REGISTRY_PATH = ROOT / "src/rankcollapse/claims/claims.yaml"
 REGISTRY = load_registry(REGISTRY_PATH)
 
 

@@ -10,7 +10,7 @@ from rankcollapse.claims import e1, judge, load_registry
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow/claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 FLOOR, MAX_R = 1e-13, 0.9
 
 

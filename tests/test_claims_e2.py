@@ -10,7 +10,7 @@ from rankcollapse.claims import e2, judge, load_registry
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow/claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 SEEDS = 6
 DEPTH = 6
 MAJORITY = 0.5

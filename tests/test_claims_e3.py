@@ -11,7 +11,7 @@ from rankcollapse.experiments.circle import SETUPS
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow/claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 SEEDS = 5
 WIDTHS = (32, 128)
 LAST = 300

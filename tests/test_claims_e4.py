@@ -8,7 +8,7 @@ from rankcollapse.claims import e4, judge, load_registry
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow/claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 SEEDS = 6
 LAYERS = 9
 FLOORS = {"init_gaussian": 1e-12, "init_task": 1e-6, "trained": 1e-6}

@@ -8,7 +8,7 @@ from rankcollapse.claims import e5b, judge, load_registry
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow/claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 SEEDS = 6
 
 

@@ -1,5 +1,5 @@
 """E6's claim statistics (rankcollapse.claims.e6) fed synthetic tables built to land in each
-verdict, judged against the real registry (workflow/claims.yaml).
+verdict, judged against the real registry (src/rankcollapse/claims/claims.yaml).
 
 Every synthetic cell is built with an exact sample mean and standard deviation per recorded time
 (standardised normal draws), so the point estimate of each statistic is known in advance and

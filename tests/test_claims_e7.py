@@ -8,7 +8,7 @@ from rankcollapse.claims import e7, judge, load_registry
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow/claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 EPS = float(np.finfo(np.float64).eps)
 
 

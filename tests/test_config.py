@@ -213,7 +213,8 @@ def test_planning_the_workflow_imports_neither_torch_nor_pandas():
     SLURM executor starts one per job. torch alone costs about 1.5 s of CPU per process."""
     code = (
         "import sys, yaml\n"
-        "from rankcollapse.plan import config, particles as homogenized_plan, training as trainplan\n"
+        "from rankcollapse.plan import config, training as trainplan\n"
+        "from rankcollapse.plan import particles as homogenized_plan\n"
         f"cfg = yaml.safe_load(open({str(ROOT / 'workflow/config/default.yaml')!r}))\n"
         "config.check_config(cfg)\n"
         "homogenized_plan.plan(cfg['particles'], cfg['init_sweep'])\n"

@@ -15,7 +15,7 @@
 # loses rank doubly exponentially with depth: the residual res(X) = X − 1x̄ᵀ obeys
 # ‖res(SAN(X))‖ ≤ C ‖res(X)‖³ per layer, a cubic rate, so log r_{l+1} ≤ 3 log r_l + c. They
 # argue that skip connections break this and that MLPs and LayerNorm alone do not; the claims
-# are registered in workflow/claims.yaml and measured by `rankcollapse.claims.e1`.
+# are registered in src/rankcollapse/claims/claims.yaml and measured by `rankcollapse.claims.e1`.
 
 # %% tags=["parameters"]
 experiment = "E1"
@@ -172,7 +172,7 @@ pd.DataFrame(rows)
 
 # %% [markdown]
 # ## Claims
-# Measured by `rankcollapse.claims.e1` against the ranges registered in workflow/claims.yaml;
+# Measured by `rankcollapse.claims.e1` against the ranges registered in src/rankcollapse/claims/claims.yaml;
 # the report judges them and writes the sentences that state conclusions.
 
 # %%

@@ -207,7 +207,7 @@ values
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml (ranges: the paper's value ± 0.10, "≈ 0" below 0.01);
+# Registered in src/rankcollapse/claims/claims.yaml (ranges: the paper's value ± 0.10, "≈ 0" below 0.01);
 # measured by `rankcollapse.claims.e1b` over seeds (independent random networks).
 
 # %%

@@ -218,7 +218,7 @@ reference_table
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml and measured by `rankcollapse.claims.e2`: gain shares
+# Registered in src/rankcollapse/claims/claims.yaml and measured by `rankcollapse.claims.e2`: gain shares
 # (accuracy above the majority rate as a share of the full network's), resampling whole
 # trained networks.
 

@@ -218,7 +218,7 @@ reference_table
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml and measured by `rankcollapse.claims.e3`, resampling
+# Registered in src/rankcollapse/claims/claims.yaml and measured by `rankcollapse.claims.e3`, resampling
 # whole trained layers (never the roll-outs of one layer).
 
 # %%

@@ -265,7 +265,7 @@ layer0_table
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml before the runs; measured by `rankcollapse.claims.e4`,
+# Registered in src/rankcollapse/claims/claims.yaml before the runs; measured by `rankcollapse.claims.e4`,
 # resampling whole seeds (the range of the seeds when fewer than 5).
 
 # %%

@@ -313,7 +313,7 @@ gaps
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml before the runs; measured by `rankcollapse.claims.e5`,
+# Registered in src/rankcollapse/claims/claims.yaml before the runs; measured by `rankcollapse.claims.e5`,
 # resampling whole seeds (every arm's network of a seed together, so arms stay paired).
 
 # %%

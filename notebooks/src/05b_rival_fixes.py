@@ -119,7 +119,7 @@ summary_table
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml (kind `ours`: the papers do not compare these fixes);
+# Registered in src/rankcollapse/claims/claims.yaml (kind `ours`: the papers do not compare these fixes);
 # measured by `rankcollapse.claims.e5b`, resampling whole seeds so that the arms stay paired.
 
 # %%

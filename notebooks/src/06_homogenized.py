@@ -591,7 +591,7 @@ long_frac.round(3)
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml (ranges from the theorems; kind `check` for the zero-mean
+# Registered in src/rankcollapse/claims/claims.yaml (ranges from the theorems; kind `check` for the zero-mean
 # head output and the simplex drift identity, `ours` for the corrected ballistic rate, the
 # antipodal exponent and the large-temperature diagnostics of section 7 of the derivation note,
 # registered post hoc); measured by `rankcollapse.claims.e6` over independent simulation runs.

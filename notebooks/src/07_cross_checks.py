@@ -203,7 +203,7 @@ pd.concat([gap_by_variant.rename("equal-norm gap"), steps_by_variant], axis=1)
 
 # %% [markdown]
 # ## Claims
-# Registered in workflow/claims.yaml: the two identities are checks of our code; the agreement
+# Registered in src/rankcollapse/claims/claims.yaml: the two identities are checks of our code; the agreement
 # of the orderings is ours. Measured by `rankcollapse.claims.e7`.
 
 # %%

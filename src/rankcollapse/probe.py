@@ -97,7 +97,6 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 FIRST_ID = 1000  # input ids start here: clear of padding (zero embedding row) and special tokens
 RESIDUALS = ("relative_residual_comp", "relative_residual")
 METRICS = (*RESIDUALS, "token_similarity", "mean_cosine", "effective_rank", "attn_lambda2")
-REGISTRY = Path(__file__).resolve().parents[2] / "workflow" / "claims.yaml"
 
 
 # ---- models ---------------------------------------------------------------------------------
@@ -1173,14 +1172,14 @@ def measure_claims(table: pd.DataFrame, checkpoint: bool, dtype: str = "float32"
     return out
 
 
-def judge_on_model(table: pd.DataFrame, info: dict, registry: str | Path = REGISTRY
+def judge_on_model(table: pd.DataFrame, info: dict, registry: str | Path | None = None
                    ) -> list[dict]:
     """The registered claims that apply to any model, judged on this one by the registry's
     rule, each with its generated sentence prefixed by what it concerns."""
-    from rankcollapse.claims import RegistryError, judge, load_registry, sentence
+    from rankcollapse.claims import REGISTRY_PATH, RegistryError, judge, load_registry, sentence
 
     try:
-        specs = load_registry(registry)
+        specs = load_registry(registry or REGISTRY_PATH)
     except RegistryError as err:
         return [{"id": None, "verdict": "not judged", "on_model": f"No verdicts: {err}"}]
     checkpoint = info["weights"] == "checkpoint"
@@ -1362,7 +1361,7 @@ def summary(result: Result, layers: Iterable[int] | None = None) -> str:
                          f"{v.relative_residual_comp:>10.3g} {v.relative_residual:>10.3g} "
                          f"{v.token_similarity:>7.3f} {v.mean_cosine:>7.3f} "
                          f"{v.effective_rank:>9.2f} {lam:>6}")
-    lines += ["", "Verdicts (claims registered in workflow/claims.yaml, judged by "
+    lines += ["", "Verdicts (claims registered in src/rankcollapse/claims/claims.yaml, judged by "
               "rankcollapse.claims on this model):"]
     lines += [f"  - {v['on_model']}" for v in result.verdicts]
     return "\n".join(lines)

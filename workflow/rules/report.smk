@@ -9,7 +9,7 @@ rule report:
         ),
         figures=expand(figures("{experiment}"), experiment=report_experiments()),
         benchmarks=benchmark_files,
-        registry="workflow/claims.yaml",
+        registry="src/rankcollapse/claims/claims.yaml",
         template="report/templates/report.html.j2",
         style="report/templates/report.css",
     output:

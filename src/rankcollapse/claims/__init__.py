@@ -2,9 +2,10 @@
 
 Three parts, kept apart on purpose:
 
-- the **registry** (`workflow/claims.yaml`, loaded by `load_registry`) states every claim before
-  any run: its statement, source, kind (`paper`, `check`, `ours`), the measured quantity, the
-  range [low, high] the quantity must lie in for the claim to hold, and the range's basis;
+- the **registry** (`claims.yaml` beside this file, package data: `REGISTRY_PATH`, loaded by
+  `load_registry`) states every claim before any run: its statement, source, kind (`paper`,
+  `check`, `ours`), the measured quantity, the range [low, high] the quantity must lie in for
+  the claim to hold, and the range's basis;
 - **measurements** (`Measurement`) come from each experiment's claim functions
   (`rankcollapse.claims.e1`, ...): a value, an interval or the samples it is computed from, the
   interval's method and the number of independent runs it rests on. Code that measures never
@@ -24,6 +25,8 @@ from typing import Literal
 
 import numpy as np
 
+# The registry ships with the package, so an installed `rankcollapse probe` can judge its claims.
+REGISTRY_PATH = Path(__file__).with_name("claims.yaml")
 VERDICTS = ("reproduced", "partly", "not reproduced", "not testable")
 KINDS = ("paper", "check", "ours")
 KIND_TITLES = {"paper": "the papers' claims", "check": "consistency checks",
@@ -54,7 +57,7 @@ MIN_RUNS_FOR_BOOTSTRAP = 5
 LEVEL = 0.95
 
 VERDICT_RULE = (
-    "Every claim is registered before it is measured (workflow/claims.yaml): its statement, "
+    "Every claim is registered before it is measured (claims.yaml): its statement, "
     "source, kind, the measured quantity, the range [low, high] that quantity must lie in for the "
     "claim to hold, and the range's basis. Reproduced: the measurement's whole interval lies in "
     "the range; partly: the point estimate lies in it but the interval does not; not reproduced: "
@@ -75,7 +78,7 @@ class RegistryError(ValueError):
 
 @dataclass(frozen=True)
 class ClaimSpec:
-    """One registered claim (a row of workflow/claims.yaml)."""
+    """One registered claim (a row of src/rankcollapse/claims/claims.yaml)."""
 
     id: str  # "<experiment>.<name>"
     experiment: str
@@ -207,7 +210,7 @@ def parse_registry(data: dict, where: str = "claims registry") -> dict[str, Clai
 
 
 def load_registry(path: str | os.PathLike) -> dict[str, ClaimSpec]:
-    """The registry at `path` (workflow/claims.yaml), in file order."""
+    """The registry at `path` (src/rankcollapse/claims/claims.yaml), in file order."""
     import yaml
 
     try:
@@ -484,7 +487,7 @@ def judge_sections(registry: dict[str, ClaimSpec], sections: list[dict]) -> list
         if spec.experiment in experiments and cid not in measured:
             problems.append(f"{cid} is registered but {spec.experiment} did not measure it")
     if problems:
-        raise RegistryError("the run's claims do not match workflow/claims.yaml:\n  - "
+        raise RegistryError("the run's claims do not match the registry (claims.yaml):\n  - "
                             + "\n  - ".join(problems))
     return [judge(spec, measured[cid]) for cid, spec in registry.items() if cid in measured]
 

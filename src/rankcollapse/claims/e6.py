@@ -3,8 +3,8 @@
 The unit of replication is an independent simulation run (fresh weights at every layer; for the
 maps also a fresh start). Claims that compare cells (depths, dimensions, token counts) resample
 run *indices*: runs with the same index in different cells are independent too, so resampling
-index tuples is a bootstrap over independent runs. Ranges live in workflow/claims.yaml; this
-module only measures.
+index tuples is a bootstrap over independent runs. Ranges live in the
+registry (claims.yaml); this module only measures.
 """
 
 from __future__ import annotations

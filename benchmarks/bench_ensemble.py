@@ -21,10 +21,10 @@ import time
 import warnings
 
 import torch
-import yaml
 from torch.utils.flop_counter import FlopCounterMode
 
 from rankcollapse.core.tasks import make_task
+from rankcollapse.plan.config import load_config
 from rankcollapse.training.ensemble import Ensemble, Member, train_ensemble
 from rankcollapse.training.train import TrainConfig, loss_and_correct, new_model, train
 
@@ -42,7 +42,7 @@ REPEATS = 1 if QUICK else 3
 def default_sizes() -> tuple[dict, dict, str, dict]:
     """(model options, training options, variant name, variant switches) of the default config
     at the middle depth of its depth grid."""
-    config = yaml.safe_load((HERE.parent / "workflow/config/default.yaml").read_text())
+    config = load_config(HERE.parent / "workflow/config/default.yaml")
     t, grid = config["train"], config["depth_grid"]
     depths = grid["depths"]
     depths = sorted(depths[grid["tasks"][0]] if isinstance(depths, dict) else depths)

@@ -29,9 +29,9 @@ import time
 from dataclasses import replace
 
 import torch
-import yaml
 
 from rankcollapse.core.tasks import make_task
+from rankcollapse.plan.config import load_config
 from rankcollapse.training import step as S
 from rankcollapse.training.ensemble import Ensemble, Member
 from rankcollapse.training.train import TrainConfig, loss_and_correct, new_model, schedule
@@ -54,7 +54,8 @@ def _env_list(name: str, default: str) -> list[str]:
 
 def paper_arm() -> tuple[dict, dict, str, dict]:
     """(model sizes, train options, variant, switches) of a paper.yaml arm (QUICK: tiny)."""
-    config = yaml.safe_load((HERE.parent / "workflow/config/paper.yaml").read_text())
+    config = load_config(HERE.parent / "workflow/config/default.yaml",
+                         HERE.parent / "workflow/config/paper.yaml")
     t, grid = config["train"], config["depth_grid"]
     variant = grid["variants"][0]
     model = {"width": t["width"], "heads": t["heads"], "mlp_ratio": t["mlp_ratio"]}

@@ -38,18 +38,13 @@ TARGET_H = 2.0  # issue 27: paper.yaml's training on one GPU
 def load_config(name: str) -> dict:
     """default.yaml with a named config (paper, ci, diagnostics) or a file merged over it, as
     Snakemake merges a --configfile (nested mappings key by key)."""
-    def merge(base: dict, over: dict) -> dict:
-        out = dict(base)
-        for key, value in over.items():
-            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(
-                out.get(key), dict) else value
-        return out
+    from rankcollapse.plan.config import load_config
 
-    base = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+    default = ROOT / "workflow/config/default.yaml"
     if name == "default":
-        return base
-    path = Path(name) if Path(name).suffix else ROOT / f"workflow/config/{name}.yaml"
-    return merge(base, yaml.safe_load(path.read_text()))
+        return load_config(default)
+    return load_config(default, Path(name) if Path(name).suffix else
+                       ROOT / f"workflow/config/{name}.yaml")
 
 
 def member_step_flops(config: dict, task: str, task_options: dict, variant: str,
@@ -72,13 +67,13 @@ def member_step_flops(config: dict, task: str, task_options: dict, variant: str,
 def ensembles(config: dict) -> list[dict]:
     """Every ensemble a config trains: experiment, task, depth, members K, steps, FLOPs per
     member step, and what it is (train, sweep rung r, final)."""
+    from rankcollapse.plan import experiments, memory, tuned
     from rankcollapse.plan import training as trainplan
-    from rankcollapse.training import tuning
 
     out = []
     groups = trainplan.groups(config)
     owners = {}
-    for experiment in trainplan.EXPERIMENTS:
+    for experiment in experiments.ensemble_trained():
         if experiment in config["report"]["experiments"]:
             for key in trainplan.experiment_groups(config, experiment):
                 owners.setdefault(key, experiment)  # shared architectures train once
@@ -96,19 +91,19 @@ def ensembles(config: dict) -> list[dict]:
     grid = config["depth_grid"]
     halving = {"eta": 3, "rungs": 3, **grid.get("halving", {})}
     e5 = {*grid["variants"], *grid.get("placements", [])}
-    for task, variant, depth in trainplan.tuned_runs(config):
+    for task, variant, depth in tuned.tuned_runs(config):
         experiment = "E5" if variant in e5 else "E5b"  # E5b's rival fixes are tuned arms too
-        p = trainplan.tuned_params(config, task, variant, depth)
+        p = tuned.tuned_params(config, task, variant, depth)
         steps = p["train_options"]["steps"]
         flops = member_step_flops(config, task, p["task_options"], variant, p["model_options"],
                                   p["train_options"]["batch"])
         fit = max(1, math.floor(p["memory"]["budget_mb"] / p["memory"]["member_mb"]))
-        budgets = tuning.rung_steps(steps, grid.get("tuning", "grid"), halving["eta"],
+        budgets = tuned.rung_steps(steps, grid.get("tuning", "grid"), halving["eta"],
                                     halving["rungs"])
-        settings = len(tuning.grid(p["sweep"]))
+        settings = len(tuned.grid(p["sweep"]))
         for rung, rung_steps in enumerate(budgets):
             team = settings * len(p["tuning_seeds"])
-            for part in trainplan.split(list(range(team)), 1.0, float(fit)):
+            for part in memory.split(list(range(team)), 1.0, float(fit)):
                 out.append({"experiment": experiment, "task": task, "depth": depth,
                             "members": len(part), "steps": rung_steps, "flops": flops,
                             "what": f"sweep rung {rung}"})

@@ -16,6 +16,7 @@ from rankcollapse.plan.config import (
     ConfigError,
     check_config,
     check_schema,
+    load_config,
     load_schema,
     output_roots,
 )
@@ -24,7 +25,7 @@ from conftest import copy_project, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(ROOT / "workflow/schemas/config.schema.yaml")
-DEFAULT = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+DEFAULT = load_config(ROOT / "workflow/config/default.yaml")
 
 # (name, config text merged over default.yaml, fragments the error message must contain)
 BAD_CONFIGS = [
@@ -180,7 +181,8 @@ def test_malformed_yaml_is_reported(workdir):
 
 def test_shipped_configs_are_valid():
     for name in ("default", "ci", "paper"):
-        config = {**DEFAULT, **yaml.safe_load((ROOT / f"workflow/config/{name}.yaml").read_text())}
+        config = load_config(ROOT / "workflow/config/default.yaml",
+                             ROOT / f"workflow/config/{name}.yaml")
         check_schema(config, SCHEMA)
         check_config(config)
 
@@ -193,7 +195,8 @@ SEEDED_BLOCKS = ("init_sweep", "realarch", "paths", "circle", "escalation", "dep
 
 @pytest.mark.parametrize("name", ["default", "paper"])
 def test_every_seeded_claim_rests_on_at_least_five_networks(name):
-    config = {**DEFAULT, **yaml.safe_load((ROOT / f"workflow/config/{name}.yaml").read_text())}
+    config = load_config(ROOT / "workflow/config/default.yaml",
+                         ROOT / f"workflow/config/{name}.yaml")
     few = {block: config[block]["seeds"] for block in SEEDED_BLOCKS
            if len(set(config[block]["seeds"])) < 5}
     assert not few, f"{name}.yaml: fewer than 5 seeds in {few}"
@@ -215,7 +218,8 @@ def test_planning_the_workflow_imports_neither_torch_nor_pandas():
         "import sys, yaml\n"
         "from rankcollapse.plan import config, training as trainplan\n"
         "from rankcollapse.plan import particles as homogenized_plan\n"
-        f"cfg = yaml.safe_load(open({str(ROOT / 'workflow/config/default.yaml')!r}))\n"
+        "from rankcollapse.plan.config import load_config\n"
+        f"cfg = load_config({str(ROOT / 'workflow/config/default.yaml')!r})\n"
         "config.check_config(cfg)\n"
         "homogenized_plan.plan(cfg['particles'], cfg['init_sweep'])\n"
         "trainplan.ensembles(cfg)\n"

@@ -20,7 +20,8 @@ from rankcollapse.core.tasks import TASKS, make_task
 from rankcollapse.experiments.trained import escalation_fits, line_fit
 from rankcollapse.io import load_checked
 from rankcollapse.plan import training as trainplan
-from rankcollapse.plan.config import ConfigError, check_config, output_roots
+from rankcollapse.plan import tuned as tunedplan
+from rankcollapse.plan.config import ConfigError, check_config, load_config, output_roots
 from rankcollapse.training.train import measure_job, new_model, run_job
 
 from conftest import CI, run_snakemake
@@ -226,10 +227,8 @@ def test_dry_run_includes_the_training_jobs(project):
                          "--configfile", "workflow/config/ci.yaml", timeout=300)
     counts = dict(line.split() for line in proc.stdout.splitlines()
                   if len(line.split()) == 2 and line.split()[1].isdigit())
-    yaml = __import__("yaml")
-    config = yaml.safe_load((project / "workflow/config/default.yaml").read_text())
-    for key, value in yaml.safe_load((project / "workflow/config/ci.yaml").read_text()).items():
-        config[key] = {**config[key], **value} if isinstance(value, dict) else value
+    config = load_config(project / "workflow/config/default.yaml",
+                         project / "workflow/config/ci.yaml")
     keys = set(trainplan.experiment_groups(config, "E4"))
     ensembles = [j for j in trainplan.ensembles(config) if j.key in keys]
     assert len(ensembles) == len(keys)  # the CI grid fits one ensemble per architecture
@@ -238,8 +237,8 @@ def test_dry_run_includes_the_training_jobs(project):
     assert not {"train_metrics", "tuned_metrics"} & counts.keys()
     assert int(counts["collect_train"]) == 1  # E4_metrics
     # E5: one tuned job per (task, variant) over the shallow depths, one per deeper arm
-    tuned = trainplan.tuned_jobs(config)
-    assert int(counts["train_tuned"]) == len(tuned) < len(trainplan.tuned_runs(config))
+    tuned = tunedplan.tuned_jobs(config)
+    assert int(counts["train_tuned"]) == len(tuned) < len(tunedplan.tuned_runs(config))
     assert {j.task for j in tuned} == {"digits", "text"}
     assert int(counts["collect_tuned"]) == 1  # E5_metrics, E5_history, E5_tuning in one job
 

@@ -11,19 +11,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rankcollapse.core.model import PRESETS, ModelConfig, build_task_model
 from rankcollapse.core.tasks import TASKS, make_task, task_spec
+from rankcollapse.plan import memory
 from rankcollapse.plan import training as trainplan
-from rankcollapse.plan.config import ConfigError, check_config
+from rankcollapse.plan import tuned as tunedplan
+from rankcollapse.plan.config import ConfigError, check_config, load_config
 from rankcollapse.training.ensemble import Ensemble
 from rankcollapse.training.train import new_model
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+DEFAULT = load_config(ROOT / "workflow/config/default.yaml")
 SMALL = {"sorting": {"train_size": 40, "test_size": 8}, "hull": {"train_size": 20,
                                                                  "test_size": 5}}
 
@@ -92,14 +93,14 @@ def test_e5b_rivals_are_tuned_arms_at_the_deepest_depth_of_their_task():
                                  "placements": [], "placement_tasks": []},
                      rival_fixes={"task": "digits",
                                   "variants": ["post_ln_center", "post_ln_deesc"]})
-    runs = trainplan.tuned_runs(config)
+    runs = tunedplan.tuned_runs(config)
     assert ("digits", "post_ln_center", 8) in runs
     assert not any(v == "post_ln_center" and d != 8 for _, v, d in runs)
     assert runs.count(("digits", "post_ln_deesc", 8)) == 1  # an E5 arm already: trained once
     # E5b's rivals are no train-rule ensembles any more.
     assert not any(v == "post_ln_center" for _, v, _ in trainplan.groups(config))
     without = _config(report={"experiments": ["E5"]}, rival_fixes={"variants": ["post_ln_center"]})
-    assert not any(v == "post_ln_center" for _, v, _ in trainplan.tuned_runs(without))
+    assert not any(v == "post_ln_center" for _, v, _ in tunedplan.tuned_runs(without))
 
 
 def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
@@ -108,20 +109,20 @@ def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
     deepest digits depth."""
     grid = DEFAULT["depth_grid"]
     for task in grid["tasks"]:
-        assert trainplan.grid_depths(grid, task)[-1] >= 32
-    runs = trainplan.tuned_runs(DEFAULT)
-    deepest = trainplan.grid_depths(grid, "digits")[-1]
+        assert tunedplan.grid_depths(grid, task)[-1] >= 32
+    runs = tunedplan.tuned_runs(DEFAULT)
+    deepest = tunedplan.grid_depths(grid, "digits")[-1]
     for variant in [*grid["placements"], *DEFAULT["rival_fixes"]["variants"]]:
         assert ("digits", variant, deepest) in runs
-    for job in trainplan.tuned_jobs(DEFAULT):
-        for arm in trainplan.tuned_job_params(DEFAULT, job)["arms"]:
+    for job in tunedplan.tuned_jobs(DEFAULT):
+        for arm in tunedplan.tuned_job_params(DEFAULT, job)["arms"]:
             assert arm["tuning"]["method"] == "halving"
             assert len(arm["final_seeds"]) >= 5
             assert not set(arm["final_seeds"]) & set(arm["tuning_seeds"])
     # The deep arms run alone; the shallow ones of one (task, variant) share a job.
-    deep = [j for j in trainplan.tuned_jobs(DEFAULT) if max(j.depths) == deepest]
+    deep = [j for j in tunedplan.tuned_jobs(DEFAULT) if max(j.depths) == deepest]
     assert all(j.depths == (deepest,) for j in deep)
-    assert any(len(j.depths) > 1 for j in trainplan.tuned_jobs(DEFAULT))
+    assert any(len(j.depths) > 1 for j in tunedplan.tuned_jobs(DEFAULT))
 
 
 def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
@@ -130,12 +131,12 @@ def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
                                  "placements": ["post_ln_deesc_mlp"],
                                  "placement_tasks": ["digits"]},
                      report={"experiments": ["E5"]})  # no E5b: no rival arms
-    runs = trainplan.tuned_runs(config)
+    runs = tunedplan.tuned_runs(config)
     variants = config["depth_grid"]["variants"]
     assert len(runs) == 2 * len(variants) + 2 * len(variants) + 1
     assert ("digits", "post_ln_deesc_mlp", 8) in runs
     assert not any(v == "post_ln_deesc_mlp" for t, v, _ in runs if t == "text")
-    params = trainplan.tuned_params(config, "text", "post_ln", 4)
+    params = tunedplan.tuned_params(config, "text", "post_ln", 4)
     assert params["model_options"]["depth"] == 4
     assert params["train_options"]["steps"] == config["depth_grid"]["steps"]
     assert params["sweep"]["lr"] == config["depth_grid"]["lr"]
@@ -147,7 +148,7 @@ def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
 @given(st.integers(1, 60), st.floats(1.0, 500.0), st.floats(1.0, 5000.0))
 def test_split_is_contiguous_near_equal_and_fits(count, per_member, budget):
     members = list(range(count))
-    parts = trainplan.split(members, per_member, budget)
+    parts = memory.split(members, per_member, budget)
     assert [m for part in parts for m in part] == members  # in order, each once
     sizes = [len(p) for p in parts]
     assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
@@ -159,7 +160,7 @@ def test_split_is_contiguous_near_equal_and_fits(count, per_member, budget):
 def test_memory_budget_splits_an_architecture_deterministically():
     config = _config(escalation={"seeds": list(range(10)), "depth": 16})
     group = trainplan.groups(config)[("digits", "post_ln", 16)]
-    per = trainplan.member_memory_mb("digits", {}, PRESETS["post_ln"], group.model_options, 64)
+    per = memory.member_memory_mb("digits", {}, PRESETS["post_ln"], group.model_options, 64)
     config["train"]["ensemble_memory_mb"] = int(per * 4) + 1  # 4 members fit, not 5
     jobs = [j for j in trainplan.ensembles(config) if j.key == ("digits", "post_ln", 16)]
     assert [len(j.members) for j in jobs] == [3, 4, 3] and [j.part for j in jobs] == [0, 1, 2]
@@ -179,7 +180,7 @@ def test_parameter_count_from_sizes_equals_the_model(name, variant):
     spec = task_spec(name, **SMALL.get(name, {}))
     model = build_task_model(PRESETS[variant], asdict(spec), **options)
     cfg = ModelConfig.from_dict({**PRESETS[variant], **options})
-    assert trainplan.parameter_count(spec, cfg) == sum(p.numel() for p in model.parameters())
+    assert memory.parameter_count(spec, cfg) == sum(p.numel() for p in model.parameters())
 
 
 def _saved_bytes_per_member(variant: str, options: dict, batch: int, k: int = 2) -> float:
@@ -197,7 +198,7 @@ def _saved_bytes_per_member(variant: str, options: dict, batch: int, k: int = 2)
         ens.losses(x, data.y_train[:k * batch].view(k, batch),
                    flat=ens.flat.clone().requires_grad_(True))  # as a training step does
     params = sum(p.numel() for p in ens.params.values()) // k
-    return sum(storages.values()) / k + trainplan.STATE_COPIES * params * 4
+    return sum(storages.values()) / k + memory.STATE_COPIES * params * 4
 
 
 @pytest.mark.parametrize(("variant", "options", "batch"), [
@@ -208,7 +209,7 @@ def _saved_bytes_per_member(variant: str, options: dict, batch: int, k: int = 2)
 ])
 def test_memory_estimate_bounds_what_a_step_keeps(variant, options, batch):
     measured = _saved_bytes_per_member(variant, options, batch) / 2**20
-    estimate = trainplan.member_memory_mb("digits", {}, PRESETS[variant], options, batch)
+    estimate = memory.member_memory_mb("digits", {}, PRESETS[variant], options, batch)
     assert measured <= estimate <= 1.6 * measured
 
 
@@ -227,11 +228,11 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
             "depths": {"digits": [2, 4, 8, 16], "text": [2, 4]},
             "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"]}
     config = _config(depth_grid={**grid, "merge_depths_up_to": 0}, rival_fixes={"variants": []})
-    alone = trainplan.tuned_jobs(config)  # one job per arm
-    assert [(j.task, j.variant, j.depths[0]) for j in alone] == trainplan.tuned_runs(config)
+    alone = tunedplan.tuned_jobs(config)  # one job per arm
+    assert [(j.task, j.variant, j.depths[0]) for j in alone] == tunedplan.tuned_runs(config)
     assert all(len(j.depths) == 1 for j in alone) and alone[0].label == "2"
     config = _config(depth_grid={**grid, "merge_depths_up_to": 8}, rival_fixes={"variants": []})
-    jobs = trainplan.tuned_jobs(config)
+    jobs = tunedplan.tuned_jobs(config)
     assert [(j.task, j.variant, j.label) for j in jobs] == [
         ("digits", "post_ln", "2-4-8"), ("digits", "post_ln", "16"),
         ("digits", "pre_ln", "2-4-8"), ("digits", "pre_ln", "16"),
@@ -239,10 +240,10 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
         ("text", "post_ln", "2-4"), ("text", "pre_ln", "2-4")]
     # every arm in exactly one job
     assert sorted((j.task, j.variant, d) for j in jobs for d in j.depths) \
-        == sorted(trainplan.tuned_runs(config))
-    params = trainplan.tuned_job_params(config, jobs[0])
+        == sorted(tunedplan.tuned_runs(config))
+    params = tunedplan.tuned_job_params(config, jobs[0])
     assert [a["model_options"]["depth"] for a in params["arms"]] == [2, 4, 8]
-    assert params["arms"][1] == trainplan.tuned_params(config, "digits", "post_ln", 4)
+    assert params["arms"][1] == tunedplan.tuned_params(config, "digits", "post_ln", 4)
     config["train"]["gpu"] = 1
-    assert trainplan.tuned_job_gpu_mb(config, jobs[0]) == trainplan.tuned_memory(
+    assert tunedplan.tuned_job_gpu_mb(config, jobs[0]) == tunedplan.tuned_memory(
         config, "digits", "post_ln", 8)["gpu_mb"] > 0  # the largest arm's

@@ -151,19 +151,19 @@ def test_halving_keeps_the_best_of_each_rung_and_is_deterministic(tmp_path):
 
 
 def test_the_report_says_which_method_chose_the_settings():
-    import yaml
 
-    from rankcollapse import report
+    from rankcollapse.plan import describe
+    from rankcollapse.plan.config import load_config
 
     from conftest import ROOT
 
-    config = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())
+    config = load_config(ROOT / "workflow/config/default.yaml")
     config["depth_grid"].update(lr=[0.0003, 0.001, 0.003, 0.01, 0.03], warmup=[10, 40])
     config["depth_grid"].pop("tuning")
-    grid_line = report._e5_size(config)
+    grid_line = describe.depth_grid(config)
     assert "(grid)" in grid_line
     config["depth_grid"].update(tuning="halving", steps=180, halving={"eta": 3, "rungs": 3})
-    line = report._e5_size(config)
+    line = describe.depth_grid(config)
     assert "successive halving (eta 3, rungs of 20, 60, 180 steps)" in line
     # 10 settings x 1 tuning seed: 10 at rung 0, 4 at rung 1, 2 at rung 2, then 5 fresh seeds
     arms = int(line.split(" tuned arms")[0])

@@ -29,6 +29,7 @@ from rankcollapse.claims import (
     registry_hash,
 )
 from rankcollapse.io import atomic_write, provenance
+from rankcollapse.plan.experiments import get as experiment_record
 
 
 def load_sections(paths: list[str | os.PathLike]) -> list[dict]:
@@ -62,118 +63,24 @@ def print_image(figure: dict) -> str:
     return figure["png"]
 
 
-def _size(value) -> int:
-    return len(value) if isinstance(value, list | tuple | dict) else int(value)
-
-
-def _list(values) -> str:
-    return ", ".join(str(v) for v in values)
-
-
-def _e5_size(c: dict) -> str:
-    """E5's tuned grid: arms, sweep members and final seeds per arm."""
-    from rankcollapse.plan.training import grid_depths, tuned_runs
-    from rankcollapse.training.tuning import grid as sweep_grid
-    from rankcollapse.training.tuning import rung_steps
-
-    g = c["depth_grid"]
-    arms = tuned_runs(c)
-    settings = len(sweep_grid({k: g[k] for k in ("lr", "warmup", "weight_decay")}))
-    depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
-    halving = {"eta": 3, "rungs": 3, **g.get("halving", {})}
-    budgets = rung_steps(g["steps"], g.get("tuning", "grid"), halving["eta"], halving["rungs"])
-    survivors, swept = settings, 0
-    for rung in range(len(budgets)):
-        swept += survivors * _size(g["tuning_seeds"])
-        survivors = 1 if rung == len(budgets) - 1 else -(-survivors // halving["eta"])
-    method = ("every setting trained to the full budget (grid)" if len(budgets) == 1 else
-              f"successive halving (eta {halving['eta']}, rungs of {_list(budgets)} steps)")
-    rivals = c.get("rival_fixes", {}).get("variants", []) if "E5b" in c.get("report", {}).get(
-        "experiments", []) else []
-    return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
-            f"{depths}; placements {_list(g.get('placements', [])) or 'none'}"
-            + (f" and E5b's rival fixes {_list(rivals)}" if rivals else "") + " at the deepest); "
-            f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
-            f"{method}, then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch "
-            f"{g['batch']}: {len(arms) * (swept + _size(g['seeds']))} trained networks")
-
-
-def _e5b_size(c: dict) -> str:
-    """E5b: the rival fixes, tuned as E5 arms at the deepest depth of their task."""
-    from rankcollapse.plan.training import grid_depths
-
-    r, g = c["rival_fixes"], c["depth_grid"]
-    deepest = grid_depths(g, r["task"])[-1]
-    return (f"{_size(r['variants'])} rival fixes ({_list(r['variants'])}) tuned as E5 arms at "
-            f"{r['task']} depth {deepest}, beside E5's post_ln, pre_ln and post_ln_deesc there; "
-            f"{_size(g['seeds'])} fresh seeds each")
-
-
 def experiment_sizes(config: dict, experiments: list[str]) -> list[dict]:
-    """One row per experiment: what it runs and how big, read from the config."""
-    c = config
-
-    def grid(block: dict, *keys: str) -> int:
-        total = 1
-        for key in keys:
-            total *= _size(block[key])
-        return total
-
-    describe = {
-        "E1": lambda: (
-            "init_sweep",
-            f"{_size(c['init_sweep']['variants'])} variants × {_size(c['init_sweep']['seeds'])} "
-            f"seeds; depth {c['init_sweep']['depth']}, width {c['init_sweep']['width']}, "
-            f"{c['init_sweep']['heads']} heads, n = {c['init_sweep']['tokens']} tokens, "
-            f"{c['init_sweep']['batch']} sequences per network"),
-        "E1b": lambda: (
-            "realarch",
-            f"{_list(c['realarch']['models'])} × {_size(c['realarch']['seeds'])} seeds; "
-            f"{_size(c['realarch']['ablations'])} ablations; {c['realarch']['batch']} sequences "
-            f"of {c['realarch']['tokens']} tokens"),
-        "E2": lambda: (
-            "paths, train",
-            f"{grid(c['paths'], 'tasks', 'variants', 'depths', 'seeds')} trained networks "
-            f"({_list(c['paths']['tasks'])} × {_list(c['paths']['variants'])} × depths "
-            f"{_list(c['paths']['depths'])} × {_size(c['paths']['seeds'])} seeds; widths "
-            + ", ".join(f"{t} {m['width']}" for t, m in c['paths'].get('models', {}).items())
-            + f"), {c['paths']['train'].get('steps', c['train']['steps'])} steps each; sampled "
-            f"paths summed {' and '.join(map(str, c['paths']['samples']))} at a time, "
-            f"{c['paths']['repeats']} repeats, {c['paths']['eval_size']} evaluation examples"),
-        "E3": lambda: (
-            "circle",
-            f"{grid(c['circle'], 'setups', 'widths', 'seeds')} trained layers "
-            f"({_size(c['circle']['setups'])} set-ups × widths {_list(c['circle']['widths'])} × "
-            f"{_size(c['circle']['seeds'])} seeds), {c['circle']['steps']} Adam steps at "
-            f"{c['circle']['lr']:g} in batches of {c['circle']['batch']}, "
-            f"{c['circle']['rollout']}-step roll-outs from {c['circle']['starts']} start pairs"),
-        "E4": lambda: (
-            "escalation, train",
-            f"{grid(c['escalation'], 'variants', 'seeds')} trained networks of depth "
-            f"{c['escalation']['depth']} on {c['escalation']['task']}; width "
-            f"{c['train']['width']}, {c['train']['steps']} steps"),
-        "E5": lambda: ("depth_grid, train", _e5_size(c)),
-        "E5b": lambda: ("rival_fixes, depth_grid", _e5b_size(c)),
-        "E6": lambda: ("particles", _particles_size(c["particles"])),
-        "E7": lambda: ("—", "no runs of its own: reads E1's, E4/E5's and E6's tables"),
-    }
+    """One row per experiment: what it runs and how big, read from the config (each
+    experiment's `size` in the registry)."""
     rows = []
     for experiment in experiments:
+        record = experiment_record(experiment)
         try:
-            blocks, size = describe[experiment]()
+            blocks, size = ", ".join(record.blocks) or "—", record.size(config)
         except (KeyError, TypeError, ValueError):
             blocks, size = "—", "see the configuration in the provenance section"
         rows.append({"experiment": experiment, "blocks": blocks, "size": size})
     return rows
 
 
-TRAINED = ("E2", "E4", "E5", "E5b")  # the experiments whose networks train through the ensemble
-
-
 def numerics_note(config: dict, experiments: list[str]) -> dict | None:
     """The methods paragraph on how the networks were trained: precision, step engine and
     attention, as the config chose them (each training row records what actually ran)."""
-    trained = [e for e in experiments if e in TRAINED]
+    trained = [e for e in experiments if experiment_record(e).trains]
     if not trained:
         return None
     t = config.get("train", {})
@@ -199,47 +106,11 @@ def numerics_note(config: dict, experiments: list[str]) -> dict | None:
 
 def method_notes(experiments: list[str], config: dict | None = None) -> list[dict]:
     """Definitions the claims of these experiments rest on, one paragraph each (methods text:
-    what a quantity means, never a finding); numbers come from the library's constants."""
-    from rankcollapse.claims import e2
-    from rankcollapse.experiments.circle import COLLAPSE_FRACTION
-
-    notes = {
-        "E2": (
-            "Path lengths (E2). A path of length k passes through k of the L layers, one head "
-            "in each, and skips the others. The original protocol samples such paths (k random "
-            "layers, one random head each), runs each active layer on the path's own input "
-            "without its residual, through a LayerNorm without learned gain and bias, sums a "
-            "few paths and classifies the sum with the network's read-out. Claims compare "
-            "accuracies as gain shares (a − m)/(full − m): the accuracy a above the majority-"
-            "class rate m of the evaluation labels (the best constant predictor) as a share of "
-            "the full network's accuracy above it, from means over trained networks; a network "
-            f"less than {e2.MIN_GAIN:g} above m has no gain to share (undefined)."),
-        "E3": (
-            "Collapse (E3). A roll-out collapses when its two tokens come within "
-            f"{COLLAPSE_FRACTION:.0%} of the data's pair distance 2r of each other and stay "
-            "there, or when each token stays that close to its end point for at least three "
-            "times as many steps as the data's own motion takes to cover that distance (the "
-            "trajectory has shrunk to a point). The share is chosen from the paper's figure: "
-            "at its scale (axes ±0.56 for r = 0.3) two points that close are drawn as one, "
-            "while the data's two tokens stay 2r apart at every step. A trained layer's time to "
-            "collapse is the upper median over its start pairs, a roll-out without collapse "
-            "counting as its length + 1."),
-    }
-    out = [{"experiment": e, "text": notes[e]} for e in experiments if e in notes]
+    what a quantity means, never a finding): each experiment's `method_note` in the registry."""
+    out = [{"experiment": e, "text": experiment_record(e).method_note(config or {})}
+           for e in experiments if experiment_record(e).method_note]
     training = numerics_note(config or {}, experiments)
     return out + ([training] if training else [])
-
-
-def _particles_size(p: dict) -> str:
-    """E6's size line: one clause per study."""
-    h, s, x, b, m = (p[k] for k in ("homogenization", "small_beta", "simplex", "large_beta",
-                                   "maps"))
-    return (f"homogenization over depths {_list(h['depths'])} ({h['runs']} runs each; heads "
-            f"⌈L^{h['heads_exponent']:g}⌉ up to L = {max(h['heads_depths'])}); small "
-            f"temperature d = {_list(s['d'])} × n = {_list(s['n'])}, {s['runs']} runs per cell; "
-            f"simplex d = {_list(x['d'])}, {x['runs']} runs; large temperature d = "
-            f"{_list(b['d'])}, {b['runs']} pairs; maps {_size(m['d'])} d and {_size(m['beta'])} "
-            f"β × {_size(m['n'])} n, {m['runs']} runs per cell")
 
 
 def _stage(path: str | os.PathLike) -> str:

@@ -27,27 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rankcollapse.plan.specs import ModelConfig, Norm, Placement  # noqa: F401 - re-exported, defined without torch
-
-# The named variants of DESIGN.md; the workflow config carries the same presets.
-PRESETS: dict[str, dict] = {
-    "san": dict(skip=False, mlp=False, norm="none"),  # pure self-attention
-    "san_skip": dict(skip=True, mlp=False, norm="none"),
-    "san_mlp": dict(skip=False, mlp=True, norm="none"),
-    "san_skip_mlp": dict(skip=True, mlp=True, norm="none"),
-    "san_ln": dict(skip=False, mlp=False, norm="post"),
-    "post_ln": dict(skip=True, mlp=True, norm="post"),  # the classic transformer
-    "pre_ln": dict(skip=True, mlp=True, norm="pre"),
-    "post_ln_deesc": dict(skip=True, mlp=True, norm="post", deescalate=1.0),
-    "post_ln_deesc_mlp": dict(skip=True, mlp=True, norm="post", deescalate=1.0,
-                              deescalate_mlp=True),  # the MLP output centred too
-    "post_ln_deesc_out": dict(skip=True, mlp=True, norm="post", deescalate=1.0,
-                              deescalate_at="output", deescalate_mlp=True),  # after each post-LN
-    "post_ln_center": dict(skip=True, mlp=True, norm="post", center_attention=True),
-    "post_ln_scaled": dict(skip=True, mlp=True, norm="post", branch_scale="inv_sqrt_depth"),
-    # Dong et al.'s path-experiment network: attention + skip + post-LN, biases, no MLP.
-    "san_skip_ln_bias": dict(skip=True, mlp=False, norm="post", bias=True),
-}
+from rankcollapse.plan.specs import PRESETS, ModelConfig, Norm, Placement  # noqa: F401 - re-exported, defined without torch
 
 
 def token_mean(x: Tensor, causal: bool = False) -> Tensor:

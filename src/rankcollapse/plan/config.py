@@ -16,20 +16,13 @@ from typing import NamedTuple
 import jsonschema
 import yaml
 
+from rankcollapse.plan import checks, experiments
+from rankcollapse.plan.specs import with_presets
+from rankcollapse.plan.training import groups
+
 
 class ConfigError(ValueError):
     """A config problem, reported before any job runs."""
-
-
-def from_fields(cls, values: dict, what: str):
-    """cls(**values) for a dataclass, failing fast with the unknown keys and the allowed ones."""
-    from dataclasses import fields
-
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise KeyError(f"unknown {what} option(s) {unknown}; allowed: {sorted(known)}")
-    return cls(**values)
 
 
 def _where(path) -> str:
@@ -137,167 +130,44 @@ def _name_problems(config: dict) -> list[str]:
 
 
 def check_config(config: dict) -> None:
-    """Raise ConfigError listing every cross-reference problem of a schema-valid config."""
-    problems = _name_problems(config)
-    defined = sorted(config.get("variants", {}))
-    sweep = config.get("init_sweep", {})
-    for name in sweep.get("variants", []):
-        if name not in defined:
-            problems.append(
-                f"init_sweep.variants: variant {name!r} is not defined; "
-                f"defined variants (config key `variants`): {defined}"
-            )
-    if "width" in sweep and "heads" in sweep and sweep["width"] % sweep["heads"]:
-        problems.append(
-            f"init_sweep.width={sweep['width']} is not divisible by "
-            f"init_sweep.heads={sweep['heads']}"
-        )
-    problems += _training_problems(config, defined)
-    problems += _paths_problems(config, defined)
-    problems += _realarch_problems(config.get("realarch", {}))
-    from rankcollapse.plan.particles import (
-        config_problems,  # E6's cross-field checks live with its plan
-    )
-
-    problems += config_problems(config.get("particles", {}))
+    """Raise ConfigError listing every cross-reference problem of a schema-valid config: its
+    name, the shared `train` block, each experiment's checks (the registry's `checks`), and that
+    experiments training one architecture agree on its model."""
+    problems = _name_problems(config) + checks.train(config) + experiments.problems(config)
+    try:  # one ensemble per (task, variant, depth): its members must share the model
+        groups(config)
+    except KeyError:  # a partial config, or a name that the checks above reported
+        pass
+    except ValueError as err:
+        problems.append(str(err))
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 
 
-def _realarch_problems(realarch: dict) -> list[str]:
-    """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type
-    (what save_pretrained writes), for a model that the run measures. Checked here, when the
-    workflow is planned, rather than inside the job that would load it."""
-    from rankcollapse.plan.specs import ProbeError, checkpoint_config
-
-    problems = []
-    models = realarch.get("models", [])
-    for model, path in (realarch.get("checkpoints") or {}).items():
-        key = f"realarch.checkpoints.{model}"
-        try:
-            found = checkpoint_config(path)["model_type"]
-        except ProbeError as err:
-            problems.append(f"{key}: {err}")
-            continue
-        if found != model:
-            problems.append(f"{key}: {path} holds a {found!r} model (its config.json's "
-                            f"model_type), not {model!r}")
-        if models and model not in models:
-            problems.append(f"{key}: {model!r} is not in realarch.models {models}, so its "
-                            "checkpoint would never be measured")
-    return problems
+def merge(base: dict, override: dict) -> dict:
+    """`override` over `base`, recursively for nested mappings, as `snakemake --configfile`
+    merges config files over the Snakefile's."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else value
+    return out
 
 
-def _training_problems(config: dict, defined: list[str]) -> list[str]:
-    """Cross-references of the training blocks (train, escalation, depth_grid, report)."""
-    from rankcollapse.core.tasks import TASKS
-
-    problems = []
-    known_tasks = sorted(TASKS)
-    grid, escalation = config.get("depth_grid", {}), config.get("escalation", {})
-    uses = [("depth_grid.variants", name) for name in grid.get("variants", [])]
-    uses += [("depth_grid.placements", name) for name in grid.get("placements", [])]
-    uses += [("escalation.variants", name) for name in escalation.get("variants", [])]
-    rivals = config.get("rival_fixes", {})
-    uses += [("rival_fixes.variants", name) for name in rivals.get("variants", [])]
-    for key, name in uses:
-        if name not in defined:
-            problems.append(f"{key}: variant {name!r} is not defined; "
-                            f"defined variants (config key `variants`): {defined}")
-    tasks = [("depth_grid.tasks", name) for name in grid.get("tasks", [])]
-    if "task" in escalation:
-        tasks.append(("escalation.task", escalation["task"]))
-    if "task" in rivals:
-        tasks.append(("rival_fixes.task", rivals["task"]))
-    for key, name in tasks:
-        if name not in known_tasks:
-            problems.append(f"{key}: unknown task {name!r}; allowed tasks: {known_tasks}")
-    fresh = set(grid.get("seeds", [])) & set(grid.get("tuning_seeds", []))
-    if fresh:
-        problems.append(f"depth_grid.seeds: {sorted(fresh)} also tuning seed(s); the final seeds "
-                        "must be fresh (not in depth_grid.tuning_seeds)")
-    if grid.get("tuning") == "halving":
-        halving = grid.get("halving", {})
-        eta, rungs, steps = halving.get("eta", 3), halving.get("rungs", 3), grid.get("steps", 1)
-        if steps < eta ** (rungs - 1):
-            problems.append(f"depth_grid.halving: {rungs} rungs at eta={eta} need at least "
-                            f"eta^(rungs - 1) = {eta ** (rungs - 1)} steps for rung 0; "
-                            f"depth_grid.steps is {steps}")
-    depths = grid.get("depths", {})
-    if isinstance(depths, dict):
-        for name in grid.get("tasks", []):
-            if name not in depths:
-                problems.append(f"depth_grid.depths: no depths for task {name!r}; give a list "
-                                "for every task or one per task in depth_grid.tasks")
-    experiments = config.get("report", {}).get("experiments", [])
-    if "E5b" in experiments and rivals.get("task", "digits") not in grid.get("tasks", []):
-        problems.append(f"rival_fixes.task: {rivals.get('task', 'digits')!r} is not in "
-                        f"depth_grid.tasks {grid.get('tasks', [])}: E5b's fixes are tuned as "
-                        "E5 arms at that task's deepest depth")
-    for name in grid.get("placement_tasks", []):
-        if name not in grid.get("tasks", []):
-            problems.append(f"depth_grid.placement_tasks: {name!r} is not in depth_grid.tasks "
-                            f"{grid.get('tasks', [])}")
-    train = config.get("train", {})
-    if "width" in train and "heads" in train and train["width"] % train["heads"]:
-        problems.append(f"train.width={train['width']} is not divisible by "
-                        f"train.heads={train['heads']}")
-    if not problems:
-        from rankcollapse.plan.training import groups
-
-        try:  # one ensemble per (task, variant, depth): its members must share the model
-            groups(config)
-        except KeyError:  # a partial config (a block left to the schema's defaults)
-            pass
-        except ValueError as err:
-            problems.append(str(err))
-    return problems
+def load_config(*files: str | os.PathLike) -> dict:
+    """The config that the workflow sees from these files (the first is usually
+    workflow/config/default.yaml), merged in order, with the variant presets
+    (specs.with_presets); not validated (check_schema, check_config)."""
+    config: dict = {}
+    for path in files:
+        config = merge(config, yaml.safe_load(Path(path).read_text()) or {})
+    return with_presets_applied(config)
 
 
-def _paths_problems(config: dict, defined: list[str]) -> list[str]:
-    """Cross-references of E2's `paths` block: its variants must be ensembles of paths (skips,
-    no MLP, no LayerNorm or a post-LN), its tasks known, its runs not shared with E4/E5 (whose
-    model and optimiser settings differ); and E3's start pairs must exist."""
-    from rankcollapse.core.tasks import TASKS
-
-    problems = []
-    circle = config.get("circle", {})
-    pairs = circle.get("points", 1000) // 2 - 1  # the original data's pairs
-    if circle.get("starts", 1) > pairs:
-        problems.append(f"circle.starts={circle['starts']} exceeds the {pairs} pairs of "
-                        f"circle.points={circle.get('points', 1000)}")
-    paths = config.get("paths", {})
-    if not paths:
-        return problems
-    for name in paths.get("variants", []):
-        if name not in defined:
-            problems.append(f"paths.variants: variant {name!r} is not defined; "
-                            f"defined variants (config key `variants`): {defined}")
-            continue
-        v = config["variants"][name]
-        if not v["skip"] or v["mlp"] or v["norm"] == "pre" or v.get("deescalate", 0) \
-                or v.get("center_attention", False):
-            problems.append(f"paths.variants: variant {name!r} is not an ensemble of paths; "
-                            "it needs skip: true, mlp: false, norm: none or post (like san_skip "
-                            "or san_skip_ln_bias)")
-    for name in paths.get("tasks", []):
-        if name not in TASKS:
-            problems.append(f"paths.tasks: unknown task {name!r}; allowed tasks: {sorted(TASKS)}")
-    for task, model in paths.get("models", {}).items():
-        if model["width"] % model["heads"]:
-            problems.append(f"paths.models.{task}.width={model['width']} is not divisible by "
-                            f"heads={model['heads']}")
-    escalation = config.get("escalation", {})
-    # Only a (task, variant) pair trained by both would share results/train/ paths (E5's and
-    # E5b's tuned runs live in results/tuned/).
-    trained = {(escalation.get("task"), v) for v in escalation.get("variants", [])}
-    pairs = {(t, v) for t in paths.get("tasks", []) for v in paths.get("variants", [])} & trained
-    shared, shared_variants = {t for t, _ in pairs}, {v for _, v in pairs}
-    if pairs:
-        problems.append(f"paths: task(s) {sorted(shared)} with variant(s) "
-                        f"{sorted(shared_variants)} are also trained by escalation "
-                        "with other settings; use a differently named copy of the variant")
-    return problems
+def with_presets_applied(config: dict) -> dict:
+    """`config` with its `variants` block on top of the presets (the workflow applies this to
+    Snakemake's config before any check)."""
+    return {**config, "variants": with_presets(config.get("variants"))}
 
 
 def main(argv: list[str]) -> int:

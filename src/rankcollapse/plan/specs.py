@@ -11,12 +11,50 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Literal
 
 Norm = Literal["none", "pre", "post"]
 Placement = Literal["branch", "output"]
+
+
+def from_fields(cls, values: dict, what: str):
+    """cls(**values) for a dataclass, failing fast with the unknown keys and the allowed ones."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise KeyError(f"unknown {what} option(s) {unknown}; allowed: {sorted(known)}")
+    return cls(**values)
+
+
+# The named variants: presets of the model's switches. Every config has them; a config's
+# `variants` block adds its own (or overrides one by name): `with_presets`.
+PRESETS: dict[str, dict] = {
+    "san": dict(skip=False, mlp=False, norm="none"),  # pure self-attention
+    "san_skip": dict(skip=True, mlp=False, norm="none"),
+    "san_mlp": dict(skip=False, mlp=True, norm="none"),
+    "san_skip_mlp": dict(skip=True, mlp=True, norm="none"),
+    "san_ln": dict(skip=False, mlp=False, norm="post"),
+    "post_ln": dict(skip=True, mlp=True, norm="post"),  # the classic transformer
+    "pre_ln": dict(skip=True, mlp=True, norm="pre"),
+    "post_ln_deesc": dict(skip=True, mlp=True, norm="post", deescalate=1.0),
+    # E4's diagnostic: de-escalation without MLPs (is the MLP what lifts t_sim after training?)
+    "post_ln_deesc_nomlp": dict(skip=True, mlp=False, norm="post", deescalate=1.0),
+    "post_ln_deesc_mlp": dict(skip=True, mlp=True, norm="post", deescalate=1.0,
+                              deescalate_mlp=True),  # the MLP output centred too
+    "post_ln_deesc_out": dict(skip=True, mlp=True, norm="post", deescalate=1.0,
+                              deescalate_at="output", deescalate_mlp=True),  # after each post-LN
+    "post_ln_center": dict(skip=True, mlp=True, norm="post", center_attention=True),
+    "post_ln_scaled": dict(skip=True, mlp=True, norm="post", branch_scale="inv_sqrt_depth"),
+    # Dong et al.'s path-experiment network: attention + skip + post-LN, biases, no MLP.
+    "san_skip_ln_bias": dict(skip=True, mlp=False, norm="post", bias=True),
+}
+
+
+def with_presets(variants: dict | None) -> dict:
+    """The presets, then a config's own variants (which may override a preset by name)."""
+    return {**PRESETS, **(variants or {})}
 
 
 @dataclass(frozen=True)
@@ -62,8 +100,6 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
         """Build a config, failing fast on keys that are not fields (a typo is an error)."""
-        from rankcollapse.plan.config import from_fields
-
         return from_fields(cls, values, "model")
 
     def to_dict(self) -> dict:
@@ -94,8 +130,6 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
-        from rankcollapse.plan.config import from_fields
-
         return from_fields(cls, values, "training")
 
 
@@ -199,3 +233,11 @@ def read_text(path) -> str:
     if not text.strip():
         raise ProbeError(f"--text {path}: the file is empty")
     return text
+
+
+MODEL_KEYS = ("width", "heads", "mlp_ratio")  # the model sizes of a `train` block
+
+
+def sweep(value) -> list:
+    """A config value that may be a list (a sweep) or a single value, as a list."""
+    return list(value) if isinstance(value, list | tuple) else [value]

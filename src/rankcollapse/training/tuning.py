@@ -28,7 +28,6 @@ how it was trained (precision, engine, attention).
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
@@ -43,9 +42,9 @@ import torch
 
 from rankcollapse import io, runtime
 from rankcollapse.core.tasks import TaskData, make_task
-from rankcollapse.plan.training import split
+from rankcollapse.plan.memory import split
+from rankcollapse.plan.tuned import METHODS, grid, rung_steps  # noqa: F401 - re-exported
 from rankcollapse.training.ensemble import (
-    MEMBER_FIELDS,
     NUMERICS_COLUMNS,
     Ensemble,
     Member,
@@ -62,34 +61,11 @@ from rankcollapse.training.train import new_model
 log = logging.getLogger(__name__)
 
 ROLES = ("sweep", "final")
-METHODS = ("grid", "halving")
 # What a finished arm of run_tuned_arms leaves in its folder.
 ARM_FILES = ("ensemble.pt", "history.parquet", "tuning.parquet", "metrics.parquet")
 TUNING_COLUMNS = ["role", "seed", "peak_lr", "warmup", "weight_decay", "selected", "diverged",
                   "diverged_step", "val_loss", "val_accuracy", "test_loss", "test_accuracy",
                   "config_hash"]
-
-
-def grid(sweep: dict) -> list[dict]:
-    """Every setting {lr, warmup, weight_decay} of a sweep whose values are numbers or lists."""
-    values = [v if isinstance(v, list | tuple) else [v] for v in (sweep[k] for k in MEMBER_FIELDS)]
-    return [dict(zip(MEMBER_FIELDS, combo, strict=True)) for combo in itertools.product(*values)]
-
-
-def rung_steps(steps: int, method: str = "grid", eta: int = 3, rungs: int = 1) -> list[int]:
-    """The training budget of each rung: successive halving's rung r trains
-    steps / eta^(rungs - 1 - r) steps, the last rung the full budget; the grid is one rung."""
-    if method not in METHODS:
-        raise ValueError(f"tuning={method!r}: allowed values are {list(METHODS)}")
-    if method == "grid":
-        return [int(steps)]
-    if int(rungs) < 1 or int(eta) < 2:
-        raise ValueError(f"halving needs rungs >= 1 and eta >= 2, got rungs={rungs}, eta={eta}")
-    budgets = [round(steps / eta ** (rungs - 1 - r)) for r in range(int(rungs))]
-    if budgets[0] < 1:
-        raise ValueError(f"halving: {rungs} rungs at eta={eta} leave rung 0 of {steps} steps "
-                         "with no step to train")
-    return budgets
 
 
 def selection_metric(data: TaskData) -> str:
@@ -185,7 +161,7 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
     """One tuned job of the workflow (see the module docstring). train_options: the shared
     TrainConfig fields; sweep: {lr, warmup, weight_decay}, each a number or a list; tuning:
     {method: grid | halving, eta, rungs} (default: the grid); memory: {member_mb, budget_mb,
-    gpu_mb} (trainplan.tuned_memory): an ensemble larger than budget_mb trains in parts, one
+    gpu_mb} (tunedplan.tuned_memory): an ensemble larger than budget_mb trains in parts, one
     after another, and the job claims gpu_mb on a GPU. Returns the selected setting."""
     if set(tuning_seeds) & set(final_seeds):
         raise ValueError(f"final seeds {sorted(final_seeds)} must be fresh: none may be a "
@@ -288,7 +264,7 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
 def run_tuned_arms(arms: Sequence[dict], ensemble_path: str | Path, history_path: str | Path,
                    tuning_path: str | Path, metrics_path: str | Path, eval_size: int,
                    identity: dict, device: str = "cpu", threads: int = 1) -> list[dict]:
-    """One E5 job of the workflow: its arms (trainplan.tuned_params of one (task, variant) at
+    """One E5 job of the workflow: its arms (tunedplan.tuned_params of one (task, variant) at
     one or several depths) tuned one after another in this process, each exactly as
     `run_tuned_job` alone (it reseeds everything), then its final members' per-layer metrics
     (`ensemble.write_metrics`). identity: {task, variant}, the tables' first columns.

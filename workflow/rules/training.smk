@@ -38,24 +38,3 @@ rule train:
 # of both (role sweep / final); metrics.parquet the final members' per-layer metrics. With
 # depth_grid.merge_depths_up_to, the shallow arms of one (task, variant) share one job, one
 # after another ({depths}: e.g. 2-4-8), where starting a job would cost more than their work.
-rule train_tuned:
-    output:
-        ensemble=results("tuned/{task}/{variant}/L{depths}/ensemble.pt"),
-        history=results("tuned/{task}/{variant}/L{depths}/history.parquet"),
-        tuning=results("tuned/{task}/{variant}/L{depths}/tuning.parquet"),
-        metrics=results("tuned/{task}/{variant}/L{depths}/metrics.parquet"),
-    log:
-        results("logs/tuned/{task}/{variant}/L{depths}.log"),
-    benchmark:
-        results("benchmarks/tuned/{task}/{variant}/L{depths}.tsv")
-    conda:
-        "../../envs/environment.yaml"
-    threads: 1
-    resources:
-        gpu_mb=tuned_gpu_mb,
-    params:
-        job=tuned_params,
-        device=config["device"],
-        eval_size=config["train"]["eval_size"],
-    script:
-        "../scripts/train_tuned.py"

@@ -1,0 +1,173 @@
+"""Each experiment's config cross-checks: what a JSON schema cannot express.
+
+One function per config block, each returning a list of one-line problems that name the key,
+the bad value and what is allowed. The experiment registry (`plan.experiments`) names each
+experiment's check; `plan.config.check_config` runs them all before any job starts.
+"""
+
+from __future__ import annotations
+
+from rankcollapse.core.tasks import TASKS
+from rankcollapse.plan.specs import ProbeError, checkpoint_config
+
+
+def undefined_variants(config: dict, uses: list[tuple[str, str]]) -> list[str]:
+    """Every (key, variant name) of `uses` that names no variant of the config."""
+    defined = sorted(config.get("variants", {}))
+    return [f"{key}: variant {name!r} is not defined; defined variants (config key `variants`): "
+            f"{defined}" for key, name in uses if name not in defined]
+
+
+def unknown_tasks(uses: list[tuple[str, str]]) -> list[str]:
+    """Every (key, task name) of `uses` that names no task of core.tasks.TASKS."""
+    known = sorted(TASKS)
+    return [f"{key}: unknown task {name!r}; allowed tasks: {known}"
+            for key, name in uses if name not in known]
+
+
+def divisible(key: str, width: int, heads: int, heads_key: str) -> list[str]:
+    return [f"{key}={width} is not divisible by {heads_key}={heads}"] if width % heads else []
+
+
+def init_sweep(config: dict) -> list[str]:
+    """E1: the sweep's variants exist and its width splits into its heads."""
+    sweep = config.get("init_sweep", {})
+    problems = undefined_variants(config, [("init_sweep.variants", v)
+                                           for v in sweep.get("variants", [])])
+    if "width" in sweep and "heads" in sweep:
+        problems += divisible("init_sweep.width", sweep["width"], sweep["heads"],
+                              "init_sweep.heads")
+    return problems
+
+
+def realarch(config: dict) -> list[str]:
+    """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type
+    (what save_pretrained writes), for a model that the run measures. Checked when the workflow
+    is planned rather than inside the job that would load it."""
+    block = config.get("realarch", {})
+    problems = []
+    models = block.get("models", [])
+    for model, path in (block.get("checkpoints") or {}).items():
+        key = f"realarch.checkpoints.{model}"
+        try:
+            found = checkpoint_config(path)["model_type"]
+        except ProbeError as err:
+            problems.append(f"{key}: {err}")
+            continue
+        if found != model:
+            problems.append(f"{key}: {path} holds a {found!r} model (its config.json's "
+                            f"model_type), not {model!r}")
+        if models and model not in models:
+            problems.append(f"{key}: {model!r} is not in realarch.models {models}, so its "
+                            "checkpoint would never be measured")
+    return problems
+
+
+def paths(config: dict) -> list[str]:
+    """E2's `paths` block: its variants must be ensembles of paths (skips, no MLP, no LayerNorm
+    or a post-LN), its tasks known, its runs not shared with E4 (whose model and optimiser
+    settings differ)."""
+    block = config.get("paths", {})
+    if not block:
+        return []
+    defined = config.get("variants", {})
+    problems = undefined_variants(config, [("paths.variants", v)
+                                           for v in block.get("variants", [])])
+    for name in block.get("variants", []):
+        v = defined.get(name)
+        if v is None:
+            continue
+        if not v["skip"] or v["mlp"] or v["norm"] == "pre" or v.get("deescalate", 0) \
+                or v.get("center_attention", False):
+            problems.append(f"paths.variants: variant {name!r} is not an ensemble of paths; "
+                            "it needs skip: true, mlp: false, norm: none or post (like san_skip "
+                            "or san_skip_ln_bias)")
+    problems += unknown_tasks([("paths.tasks", t) for t in block.get("tasks", [])])
+    for task, model in block.get("models", {}).items():
+        problems += divisible(f"paths.models.{task}.width", model["width"], model["heads"],
+                              "heads")
+    escalation = config.get("escalation", {})
+    # Only a (task, variant) pair trained by both would share results/train/ paths (E5's and
+    # E5b's tuned runs live in results/tuned/).
+    trained = {(escalation.get("task"), v) for v in escalation.get("variants", [])}
+    pairs = {(t, v) for t in block.get("tasks", []) for v in block.get("variants", [])} & trained
+    if pairs:
+        problems.append(f"paths: task(s) {sorted({t for t, _ in pairs})} with variant(s) "
+                        f"{sorted({v for _, v in pairs})} are also trained by escalation "
+                        "with other settings; use a differently named copy of the variant")
+    return problems
+
+
+def circle(config: dict) -> list[str]:
+    """E3: its start pairs must exist in the circle's data."""
+    block = config.get("circle", {})
+    pairs = block.get("points", 1000) // 2 - 1  # the original data's pairs
+    if block.get("starts", 1) > pairs:
+        return [f"circle.starts={block['starts']} exceeds the {pairs} pairs of "
+                f"circle.points={block.get('points', 1000)}"]
+    return []
+
+
+def escalation(config: dict) -> list[str]:
+    """E4: its variants and task exist."""
+    block = config.get("escalation", {})
+    problems = undefined_variants(config, [("escalation.variants", v)
+                                           for v in block.get("variants", [])])
+    if "task" in block:
+        problems += unknown_tasks([("escalation.task", block["task"])])
+    return problems
+
+
+def depth_grid(config: dict) -> list[str]:
+    """E5: its variants and tasks exist, fresh seeds, a halving budget that fits, depths for
+    every task, placement tasks among the grid's tasks."""
+    grid = config.get("depth_grid", {})
+    problems = undefined_variants(
+        config, [("depth_grid.variants", v) for v in grid.get("variants", [])]
+        + [("depth_grid.placements", v) for v in grid.get("placements", [])])
+    problems += unknown_tasks([("depth_grid.tasks", t) for t in grid.get("tasks", [])])
+    fresh = set(grid.get("seeds", [])) & set(grid.get("tuning_seeds", []))
+    if fresh:
+        problems.append(f"depth_grid.seeds: {sorted(fresh)} also tuning seed(s); the final seeds "
+                        "must be fresh (not in depth_grid.tuning_seeds)")
+    if grid.get("tuning") == "halving":
+        halving = grid.get("halving", {})
+        eta, rungs, steps = halving.get("eta", 3), halving.get("rungs", 3), grid.get("steps", 1)
+        if steps < eta ** (rungs - 1):
+            problems.append(f"depth_grid.halving: {rungs} rungs at eta={eta} need at least "
+                            f"eta^(rungs - 1) = {eta ** (rungs - 1)} steps for rung 0; "
+                            f"depth_grid.steps is {steps}")
+    depths = grid.get("depths", {})
+    if isinstance(depths, dict):
+        for name in grid.get("tasks", []):
+            if name not in depths:
+                problems.append(f"depth_grid.depths: no depths for task {name!r}; give a list "
+                                "for every task or one per task in depth_grid.tasks")
+    for name in grid.get("placement_tasks", []):
+        if name not in grid.get("tasks", []):
+            problems.append(f"depth_grid.placement_tasks: {name!r} is not in depth_grid.tasks "
+                            f"{grid.get('tasks', [])}")
+    return problems
+
+
+def rival_fixes(config: dict) -> list[str]:
+    """E5b: its fixes exist and are tuned at a task of E5's grid."""
+    rivals, grid = config.get("rival_fixes", {}), config.get("depth_grid", {})
+    problems = undefined_variants(config, [("rival_fixes.variants", v)
+                                           for v in rivals.get("variants", [])])
+    if "task" in rivals:
+        problems += unknown_tasks([("rival_fixes.task", rivals["task"])])
+    if "E5b" in config.get("report", {}).get("experiments", []) and \
+            rivals.get("task", "digits") not in grid.get("tasks", []):
+        problems.append(f"rival_fixes.task: {rivals.get('task', 'digits')!r} is not in "
+                        f"depth_grid.tasks {grid.get('tasks', [])}: E5b's fixes are tuned as "
+                        "E5 arms at that task's deepest depth")
+    return problems
+
+
+def train(config: dict) -> list[str]:
+    """The shared `train` block (E2, E4, E5): a width that splits into heads."""
+    block = config.get("train", {})
+    if "width" in block and "heads" in block:
+        return divisible("train.width", block["width"], block["heads"], "train.heads")
+    return []

@@ -1,0 +1,142 @@
+"""What the report says of each experiment's runs: its size line (read from the config) and
+its method note (what a quantity the claims rest on means). Named by the experiment registry."""
+
+from __future__ import annotations
+
+from rankcollapse.plan.tuned import grid as sweep_grid
+from rankcollapse.plan.tuned import grid_depths, rung_steps, tuned_runs
+
+
+def _size(value) -> int:
+    return len(value) if isinstance(value, list | tuple | dict) else int(value)
+
+
+def _list(values) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def depth_grid(c: dict) -> str:
+    """E5's tuned grid: arms, sweep members and final seeds per arm."""
+    g = c["depth_grid"]
+    arms = tuned_runs(c)
+    settings = len(sweep_grid({k: g[k] for k in ("lr", "warmup", "weight_decay")}))
+    depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
+    halving = {"eta": 3, "rungs": 3, **g.get("halving", {})}
+    budgets = rung_steps(g["steps"], g.get("tuning", "grid"), halving["eta"], halving["rungs"])
+    survivors, swept = settings, 0
+    for rung in range(len(budgets)):
+        swept += survivors * _size(g["tuning_seeds"])
+        survivors = 1 if rung == len(budgets) - 1 else -(-survivors // halving["eta"])
+    method = ("every setting trained to the full budget (grid)" if len(budgets) == 1 else
+              f"successive halving (eta {halving['eta']}, rungs of {_list(budgets)} steps)")
+    rivals = c.get("rival_fixes", {}).get("variants", []) if "E5b" in c.get("report", {}).get(
+        "experiments", []) else []
+    return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
+            f"{depths}; placements {_list(g.get('placements', [])) or 'none'}"
+            + (f" and E5b's rival fixes {_list(rivals)}" if rivals else "") + " at the deepest); "
+            f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
+            f"{method}, then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch "
+            f"{g['batch']}: {len(arms) * (swept + _size(g['seeds']))} trained networks")
+
+
+def rival_fixes(c: dict) -> str:
+    """E5b: the rival fixes, tuned as E5 arms at the deepest depth of their task."""
+    r, g = c["rival_fixes"], c["depth_grid"]
+    deepest = grid_depths(g, r["task"])[-1]
+    return (f"{_size(r['variants'])} rival fixes ({_list(r['variants'])}) tuned as E5 arms at "
+            f"{r['task']} depth {deepest}, beside E5's post_ln, pre_ln and post_ln_deesc there; "
+            f"{_size(g['seeds'])} fresh seeds each")
+
+
+def _grid(block: dict, *keys: str) -> int:
+    total = 1
+    for key in keys:
+        total *= _size(block[key])
+    return total
+
+
+def init_sweep(c: dict) -> str:
+    """E1: variants x seeds of random networks."""
+    return (f"{_size(c['init_sweep']['variants'])} variants × {_size(c['init_sweep']['seeds'])} "
+            f"seeds; depth {c['init_sweep']['depth']}, width {c['init_sweep']['width']}, "
+            f"{c['init_sweep']['heads']} heads, n = {c['init_sweep']['tokens']} tokens, "
+            f"{c['init_sweep']['batch']} sequences per network")
+
+
+def realarch(c: dict) -> str:
+    """E1b: real architectures x seeds, with their ablations."""
+    return (f"{_list(c['realarch']['models'])} × {_size(c['realarch']['seeds'])} seeds; "
+            f"{_size(c['realarch']['ablations'])} ablations; {c['realarch']['batch']} sequences "
+            f"of {c['realarch']['tokens']} tokens")
+
+
+def paths(c: dict) -> str:
+    """E2: trained networks and the path sampling."""
+    return (f"{_grid(c['paths'], 'tasks', 'variants', 'depths', 'seeds')} trained networks "
+            f"({_list(c['paths']['tasks'])} × {_list(c['paths']['variants'])} × depths "
+            f"{_list(c['paths']['depths'])} × {_size(c['paths']['seeds'])} seeds; widths "
+            + ", ".join(f"{t} {m['width']}" for t, m in c['paths'].get('models', {}).items())
+            + f"), {c['paths']['train'].get('steps', c['train']['steps'])} steps each; sampled "
+            f"paths summed {' and '.join(map(str, c['paths']['samples']))} at a time, "
+            f"{c['paths']['repeats']} repeats, {c['paths']['eval_size']} evaluation examples")
+
+
+def circle(c: dict) -> str:
+    """E3: trained one-layer networks and their roll-outs."""
+    return (f"{_grid(c['circle'], 'setups', 'widths', 'seeds')} trained layers "
+            f"({_size(c['circle']['setups'])} set-ups × widths {_list(c['circle']['widths'])} × "
+            f"{_size(c['circle']['seeds'])} seeds), {c['circle']['steps']} Adam steps at "
+            f"{c['circle']['lr']:g} in batches of {c['circle']['batch']}, "
+            f"{c['circle']['rollout']}-step roll-outs from {c['circle']['starts']} start pairs")
+
+
+def escalation(c: dict) -> str:
+    """E4: trained networks of one depth."""
+    return (f"{_grid(c['escalation'], 'variants', 'seeds')} trained networks of depth "
+            f"{c['escalation']['depth']} on {c['escalation']['task']}; width "
+            f"{c['train']['width']}, {c['train']['steps']} steps")
+
+
+def particles(p: dict) -> str:
+    """E6's size line: one clause per study."""
+    h, s, x, b, m = (p[k] for k in ("homogenization", "small_beta", "simplex", "large_beta",
+                                   "maps"))
+    return (f"homogenization over depths {_list(h['depths'])} ({h['runs']} runs each; heads "
+            f"⌈L^{h['heads_exponent']:g}⌉ up to L = {max(h['heads_depths'])}); small "
+            f"temperature d = {_list(s['d'])} × n = {_list(s['n'])}, {s['runs']} runs per cell; "
+            f"simplex d = {_list(x['d'])}, {x['runs']} runs; large temperature d = "
+            f"{_list(b['d'])}, {b['runs']} pairs; maps {_size(m['d'])} d and {_size(m['beta'])} "
+            f"β × {_size(m['n'])} n, {m['runs']} runs per cell")
+
+
+# Method notes: the constants they quote are the measuring modules' own (imported when the
+# report is built, not while the workflow is planned: those modules import pandas and torch).
+
+def paths_note(c: dict) -> str:
+    from rankcollapse.claims.e2 import MIN_GAIN
+
+    return (
+        "Path lengths (E2). A path of length k passes through k of the L layers, one head "
+        "in each, and skips the others. The original protocol samples such paths (k random "
+        "layers, one random head each), runs each active layer on the path's own input "
+        "without its residual, through a LayerNorm without learned gain and bias, sums a "
+        "few paths and classifies the sum with the network's read-out. Claims compare "
+        "accuracies as gain shares (a − m)/(full − m): the accuracy a above the majority-"
+        "class rate m of the evaluation labels (the best constant predictor) as a share of "
+        "the full network's accuracy above it, from means over trained networks; a network "
+        f"less than {MIN_GAIN:g} above m has no gain to share (undefined).")
+
+
+def circle_note(c: dict) -> str:
+    from rankcollapse.experiments.circle import COLLAPSE_FRACTION
+
+    return (
+        "Collapse (E3). A roll-out collapses when its two tokens come within "
+        f"{COLLAPSE_FRACTION:.0%} of the data's pair distance 2r of each other and stay "
+        "there, or when each token stays that close to its end point for at least three "
+        "times as many steps as the data's own motion takes to cover that distance (the "
+        "trajectory has shrunk to a point). The share is chosen from the paper's figure: "
+        "at its scale (axes ±0.56 for r = 0.3) two points that close are drawn as one, "
+        "while the data's two tokens stay 2r apart at every step. A trained layer's time to "
+        "collapse is the upper median over its start pairs, a roll-out without collapse "
+        "counting as its length + 1.")

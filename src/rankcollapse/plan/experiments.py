@@ -1,0 +1,218 @@
+"""The experiment registry: one record per experiment, and every list of experiments derived
+from it (the workflow's targets and benchmark files, the training plan's runs, the report's size
+lines and method notes, the config checks, the schema's enum: a test compares them).
+
+A record says where an experiment's whole story lives: its config blocks, its rules file, its
+notebook, the tables it reads, the library modules that compute them, its claims module and the
+claims' block in the registry `claims/claims.yaml`. Torch-free: Snakemake imports it while it
+parses the workflow. Adding an experiment: docs/adding-an-experiment.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rankcollapse.plan import checks, describe
+from rankcollapse.plan.particles import TABLES as PARTICLE_TABLES
+from rankcollapse.plan.particles import config_problems as particle_problems
+
+Config = dict
+
+
+@dataclass(frozen=True)
+class Training:
+    """How an experiment's networks train as ensembles (the `train` rule): its runs and the
+    settings of each task's runs."""
+
+    runs: Callable[[Config], list[tuple[str, str, int, list[int]]]]  # (task, variant, depth, seeds)
+    train: Callable[[Config, str], dict] = lambda config, task: dict(config["train"])
+    data: Callable[[Config, str], dict] = lambda config, task: dict(config["tasks"][task])
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str  # E1, E1b, ...: the key of its tables, figures, numbers and claims
+    title: str
+    paper: str  # whose claim it tests: D21, YZ, KGR26, rivals, all (claims.PAPERS)
+    blocks: tuple[str, ...]  # the config blocks that set its runs (its size line names them)
+    settings: tuple[str, ...]  # the config blocks its notebook receives
+    rules: str  # the rules file that makes its tables
+    notebook: str
+    library: tuple[str, ...]  # the modules that compute its tables
+    claims: str  # its claims module; its claims' ids start with "<id>."
+    tables: Callable[[Config], dict[str, str]]  # {name: collected table under results/}
+    files: dict[str, str] = field(default_factory=dict)  # {name: tracked file it also reads}
+    training: Training | None = None  # networks trained as ensembles (E2, E4)
+    tuned: bool = False  # networks tuned per arm (rule train_tuned: E5, E5b)
+    checks: tuple[Callable[[Config], list[str]], ...] = ()
+    size: Callable[[Config], str] = lambda config: "—"
+    method_note: Callable[[Config], str] | None = None
+
+    @property
+    def trains(self) -> bool:
+        return self.training is not None or self.tuned
+
+
+def _in_report(config: Config, experiment: str) -> bool:
+    return experiment in config.get("report", {}).get("experiments", [])
+
+
+def _escalation_runs(config: Config) -> list:
+    e = config["escalation"]
+    return [(e["task"], v, e["depth"], e["seeds"]) for v in e["variants"]]
+
+
+def _paths_runs(config: Config) -> list:
+    p = config["paths"]
+    return [(t, v, d, p["seeds"]) for t in p["tasks"] for v in p["variants"] for d in p["depths"]]
+
+
+def _paths_train(config: Config, task: str) -> dict:
+    """E2's model size per task and its optimiser overrides (`paths.models`, `paths.train`)."""
+    p = config["paths"]
+    return {**config["train"], **p.get("models", {}).get(task, {}), **p.get("train", {})}
+
+
+def _paths_data(config: Config, task: str) -> dict:
+    """E2's data sizes (Dong et al.'s, apart from the other experiments': `paths.data`)."""
+    return {**config["tasks"][task], **config["paths"].get("data", {}).get(task, {})}
+
+
+E5_TABLES = {kind: f"tables/E5_{kind}.parquet" for kind in ("metrics", "history", "tuning")}
+REFERENCE = "workflow/references/d21_original.yaml"  # figures of Dong et al.'s original code
+
+REGISTRY: dict[str, Experiment] = {e.id: e for e in (
+    Experiment(
+        "E1", "Rank collapse at initialisation", "D21",
+        blocks=("init_sweep",), settings=("init_sweep", "fit"),
+        rules="workflow/rules/e1_init_sweep.smk",
+        notebook="notebooks/01_rank_collapse_init.ipynb",
+        library=("rankcollapse.experiments.init_sweep", "rankcollapse.experiments.init_fits"),
+        claims="rankcollapse.claims.e1",
+        # With E5 in the report, E5's trained networks beside the init curves.
+        tables=lambda c: {"init": "tables/E1_init.parquet"}
+        | ({"trained": E5_TABLES["metrics"]} if _in_report(c, "E5") else {}),
+        checks=(checks.init_sweep,), size=describe.init_sweep),
+    Experiment(
+        "E1b", "Real architectures at initialisation", "D21",
+        blocks=("realarch",), settings=("realarch",),
+        rules="workflow/rules/e1b_realarch.smk",
+        notebook="notebooks/01b_real_architectures.ipynb",
+        library=("rankcollapse.experiments.realarch", "rankcollapse.probe"),
+        claims="rankcollapse.claims.e1b",
+        tables=lambda c: {"realarch": "tables/E1b_realarch.parquet"},
+        checks=(checks.realarch,), size=describe.realarch),
+    Experiment(
+        "E2", "Path lengths", "D21",
+        blocks=("paths", "train"), settings=("paths", "tasks"),
+        rules="workflow/rules/e2_paths.smk",
+        notebook="notebooks/02_path_lengths.ipynb",
+        library=("rankcollapse.training.ensemble", "rankcollapse.experiments.paths"),
+        claims="rankcollapse.claims.e2",
+        tables=lambda c: {"paths": "tables/E2_paths.parquet"},
+        files={"reference": REFERENCE},
+        training=Training(_paths_runs, train=_paths_train, data=_paths_data),
+        checks=(checks.paths,), size=describe.paths, method_note=describe.paths_note),
+    Experiment(
+        "E3", "Circle trajectories", "D21",
+        blocks=("circle",), settings=("circle",),
+        rules="workflow/rules/e3_circle.smk",
+        notebook="notebooks/03_circle_trajectories.ipynb",
+        library=("rankcollapse.experiments.circle",),
+        claims="rankcollapse.claims.e3",
+        tables=lambda c: {"circle": "tables/E3_circle.parquet"},
+        files={"reference": REFERENCE},
+        checks=(checks.circle,), size=describe.circle, method_note=describe.circle_note),
+    Experiment(
+        "E4", "Token similarity escalates with depth", "YZ",
+        blocks=("escalation", "train"), settings=("escalation", "train", "tasks"),
+        rules="workflow/rules/e4_escalation.smk",
+        notebook="notebooks/04_similarity_escalation.ipynb",
+        library=("rankcollapse.training.ensemble", "rankcollapse.experiments.trained"),
+        claims="rankcollapse.claims.e4",
+        # E1's init table (the same variants on random Gaussian sequences) and, with E5 in the
+        # report, E5's tuned networks at its deepest depth.
+        tables=lambda c: {"metrics": "tables/E4_metrics.parquet", "init": "tables/E1_init.parquet"}
+        | ({"deep": E5_TABLES["metrics"]} if _in_report(c, "E5") else {}),
+        training=Training(_escalation_runs),
+        checks=(checks.escalation,), size=describe.escalation),
+    Experiment(
+        "E5", "Depth-enabling fixes, each arm tuned", "YZ",
+        blocks=("depth_grid", "train"), settings=("depth_grid", "train", "tasks"),
+        rules="workflow/rules/e5_depth_grid.smk",
+        notebook="notebooks/05_depth_enabling.ipynb",
+        library=("rankcollapse.plan.tuned", "rankcollapse.training.tuning",
+                 "rankcollapse.experiments.trained"),
+        claims="rankcollapse.claims.e5",
+        tables=lambda c: dict(E5_TABLES), tuned=True,
+        checks=(checks.depth_grid,), size=describe.depth_grid),
+    Experiment(
+        # Rival fixes, tuned as E5 arms at its deepest digits depth: E5's runs and tables.
+        "E5b", "Rival fixes at E5's deepest depth", "rivals",
+        blocks=("rival_fixes", "depth_grid"), settings=("rival_fixes", "depth_grid"),
+        rules="workflow/rules/e5_depth_grid.smk",
+        notebook="notebooks/05b_rival_fixes.ipynb",
+        library=("rankcollapse.plan.tuned", "rankcollapse.training.tuning",
+                 "rankcollapse.experiments.trained"),
+        claims="rankcollapse.claims.e5b",
+        tables=lambda c: {k: E5_TABLES[k] for k in ("metrics", "tuning")}, tuned=True,
+        checks=(checks.rival_fixes,), size=describe.rival_fixes),
+    Experiment(
+        "E6", "Homogenized limits of random attention", "KGR26",
+        blocks=("particles",), settings=("particles",),
+        rules="workflow/rules/e6_particles.smk",
+        notebook="notebooks/06_homogenized.ipynb",
+        library=("rankcollapse.plan.particles", "rankcollapse.experiments.homogenized"),
+        claims="rankcollapse.claims.e6",
+        # E6_discrete (the unscaled model at E1's sizes) is E7's.
+        tables=lambda c: {name: f"tables/E6_{name}.parquet" for name in PARTICLE_TABLES
+                          if name != "discrete"},
+        # Not a table but a text the notebook shows: editing it reruns the notebook.
+        files={"derivation": "notebooks/06_homogenized_derivation.md"},
+        checks=(lambda c: particle_problems(c.get("particles", {})),),
+        size=lambda c: describe.particles(c["particles"])),
+    Experiment(
+        "E7", "Cross-checks of the three theories", "all",
+        blocks=(), settings=("init_sweep", "fit"),
+        rules="workflow/rules/e1_init_sweep.smk",  # no runs of its own: E1's, E4/E5's, E6's
+        notebook="notebooks/07_cross_checks.ipynb",
+        library=("rankcollapse.experiments.trained",),
+        claims="rankcollapse.claims.e7",
+        tables=lambda c: {"init": "tables/E1_init.parquet"} | {
+            key: table for key, (experiment, table) in {
+                "trained_e4": ("E4", "tables/E4_metrics.parquet"),
+                "trained_e5": ("E5", E5_TABLES["metrics"]),
+                "particles": ("E6", "tables/E6_discrete.parquet"),
+            }.items() if _in_report(c, experiment)},
+        size=lambda c: "no runs of its own: reads E1's, E4/E5's and E6's tables"),
+)}
+
+IDS = tuple(REGISTRY)
+
+
+def get(experiment: str) -> Experiment:
+    if experiment not in REGISTRY:
+        raise ValueError(f"experiment {experiment!r}: allowed values are {list(IDS)}")
+    return REGISTRY[experiment]
+
+
+def in_report(config: Config) -> list[Experiment]:
+    """The report's experiments, in the config's order."""
+    return [get(e) for e in config["report"]["experiments"]]
+
+
+def ensemble_trained() -> tuple[str, ...]:
+    """The experiments whose networks train as ensembles (the `train` rule)."""
+    return tuple(e.id for e in REGISTRY.values() if e.training is not None)
+
+
+def needed_tables(config: Config) -> set[str]:
+    """Every collected table (path under results/) that the report's experiments read."""
+    return {t for e in in_report(config) for t in e.tables(config).values()}
+
+
+def problems(config: Config) -> list[str]:
+    """Every experiment's config cross-checks (each block is checked, in the report or not:
+    a block left to the schema's defaults passes)."""
+    return [p for e in REGISTRY.values() for check in e.checks for p in check(config)]

@@ -1,0 +1,149 @@
+"""E5's plan: every arm (task, variant, depth) tuned on its own, the jobs that hold them, and
+the settings each job trains (the sweep's grid, successive halving's rung budgets)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+from rankcollapse.plan.memory import CONTEXT_MB, member_memory_mb
+from rankcollapse.plan.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, sweep
+
+METHODS = ("grid", "halving")
+TUNED_SHARED = ("schedule", "clip", "checkpoint_every", "eval_every", "precision", "engine",
+                "attention")
+
+
+def grid_depths(grid: dict, task: str) -> list[int]:
+    """depth_grid.depths for `task`: one list for every task, or {task: list}."""
+    depths = grid["depths"]
+    return sorted(int(d) for d in (depths[task] if isinstance(depths, dict) else depths))
+
+
+def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
+    """(task, variant, depth) of every E5 job: the grid's variants at each of the task's
+    depths, the placement variants at its deepest depth (for placement_tasks), and E5b's rival
+    fixes (`rival_fixes.variants`) at the deepest depth of `rival_fixes.task` when the report
+    includes E5b."""
+    g = config["depth_grid"]
+    runs = []
+    for task in g["tasks"]:
+        depths = grid_depths(g, task)
+        runs += [(task, v, d) for v in g["variants"] for d in depths]
+        if task in g.get("placement_tasks", []):
+            runs += [(task, v, depths[-1]) for v in g.get("placements", [])
+                     if (task, v, depths[-1]) not in runs]
+    rivals = config.get("rival_fixes", {})
+    if "E5b" in config.get("report", {}).get("experiments", []) and rivals.get("task") in \
+            g["tasks"]:
+        task = rivals["task"]
+        deepest = grid_depths(g, task)[-1]
+        runs += [(task, v, deepest) for v in rivals.get("variants", [])
+                 if (task, v, deepest) not in runs]
+    return runs
+
+
+@dataclass(frozen=True)
+class TunedJob:
+    """One E5 job: the arms of one (task, variant) at `depths`, tuned one after another in one
+    process (`tuning.run_tuned_arms`). One depth unless depth_grid.merge_depths_up_to merges
+    the shallow ones."""
+
+    task: str
+    variant: str
+    depths: tuple[int, ...]
+
+    @property
+    def label(self) -> str:
+        """The job's folder name after "L": its depths joined by "-" (L8, L2-4-8)."""
+        return "-".join(str(d) for d in self.depths)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """(task, variant, label): the job's wildcards in the workflow."""
+        return (self.task, self.variant, self.label)
+
+
+def tuned_jobs(config: dict) -> list[TunedJob]:
+    """E5's jobs, in tuned_runs' order: every arm alone, except that the arms of one (task,
+    variant) at depths up to `depth_grid.merge_depths_up_to` share one job, where a job's
+    start (interpreter, torch, data, a GPU's context: seconds) would dwarf a shallow arm's
+    work. 0 (the default) merges nothing."""
+    limit = int(config["depth_grid"].get("merge_depths_up_to", 0))
+    jobs: list[list] = []
+    merged: dict[tuple[str, str], list] = {}
+    for task, variant, depth in tuned_runs(config):
+        if depth <= limit and (task, variant) in merged:
+            merged[(task, variant)][2].append(depth)
+            continue
+        job = [task, variant, [depth]]
+        jobs.append(job)
+        if depth <= limit:
+            merged[(task, variant)] = job
+    return [TunedJob(t, v, tuple(d)) for t, v, d in jobs]
+
+
+def tuned_job_params(config: dict, job: TunedJob) -> dict:
+    """Everything one tuned job needs: {"arms": tuned_params of each of its depths}."""
+    return {"arms": [tuned_params(config, job.task, job.variant, d) for d in job.depths]}
+
+
+def tuned_job_gpu_mb(config: dict, job: TunedJob) -> int:
+    """GPU memory (MB) a tuned job declares: its largest arm's (they run one after another)."""
+    return max(tuned_memory(config, job.task, job.variant, d)["gpu_mb"] for d in job.depths)
+
+
+def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
+    """Everything one tuned job needs (tuning.run_tuned_job's arguments but the paths)."""
+    g, train = config["depth_grid"], config["train"]
+    defaults = asdict(TrainConfig())
+    shared = {k: train.get(k, defaults[k]) for k in TUNED_SHARED}
+    shared.update(steps=g["steps"], batch=g["batch"])
+    return {"task": task, "task_options": dict(config["tasks"][task]),
+            "variant": config["variants"][variant],
+            "model_options": {**{k: train[k] for k in MODEL_KEYS}, "depth": int(depth)},
+            "train_options": shared,
+            "sweep": {k: g[k] for k in MEMBER_FIELDS},
+            "tuning_seeds": [int(s) for s in g["tuning_seeds"]],
+            "final_seeds": [int(s) for s in g["seeds"]],
+            "tuning": {"method": g.get("tuning", "grid"), **g.get("halving", {})},
+            "memory": tuned_memory(config, task, variant, depth)}
+
+
+def tuned_memory(config: dict, task: str, variant: str, depth: int) -> dict:
+    """A tuned job's memory plan: the estimate per member (MB), the budget of one ensemble
+    (`train.ensemble_memory_mb`: a sweep larger than it trains in parts, one after another)
+    and the GPU memory the job declares (resources: gpu_mb; 0 without a GPU)."""
+    g, train = config["depth_grid"], config["train"]
+    model = {**{k: train[k] for k in MODEL_KEYS}, "depth": int(depth)}
+    per = member_memory_mb(task, dict(config["tasks"][task]), config["variants"][variant], model,
+                           int(g["batch"]))
+    budget = float(train.get("ensemble_memory_mb", 4096))
+    settings = math.prod(len(sweep(g[k])) for k in MEMBER_FIELDS)
+    largest = max(len(g["tuning_seeds"]) * settings, len(g["seeds"]))
+    fit = max(1, math.floor(budget / per))
+    gpu = math.ceil(min(largest, fit) * per + CONTEXT_MB) if train.get("gpu", 0) else 0
+    return {"member_mb": per, "budget_mb": budget, "gpu_mb": gpu}
+
+
+def grid(sweep: dict) -> list[dict]:
+    """Every setting {lr, warmup, weight_decay} of a sweep whose values are numbers or lists."""
+    values = [v if isinstance(v, list | tuple) else [v] for v in (sweep[k] for k in MEMBER_FIELDS)]
+    return [dict(zip(MEMBER_FIELDS, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def rung_steps(steps: int, method: str = "grid", eta: int = 3, rungs: int = 1) -> list[int]:
+    """The training budget of each rung: successive halving's rung r trains
+    steps / eta^(rungs - 1 - r) steps, the last rung the full budget; the grid is one rung."""
+    if method not in METHODS:
+        raise ValueError(f"tuning={method!r}: allowed values are {list(METHODS)}")
+    if method == "grid":
+        return [int(steps)]
+    if int(rungs) < 1 or int(eta) < 2:
+        raise ValueError(f"halving needs rungs >= 1 and eta >= 2, got rungs={rungs}, eta={eta}")
+    budgets = [round(steps / eta ** (rungs - 1 - r)) for r in range(int(rungs))]
+    if budgets[0] < 1:
+        raise ValueError(f"halving: {rungs} rungs at eta={eta} leave rung 0 of {steps} steps "
+                         "with no step to train")
+    return budgets

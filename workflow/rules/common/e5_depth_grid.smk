@@ -1,0 +1,51 @@
+# Helpers of e5_depth_grid.smk: its input functions, parameters and benchmark records.
+
+
+# E5 (and E5b's rival fixes): one tuned job per (task, variant, depth), or per (task, variant)
+# over its shallow depths (depth_grid.merge_depths_up_to; rankcollapse.plan.tuned.tuned_jobs).
+TUNED = (
+    {job.key: job for job in tunedplan.tuned_jobs(config)}
+    if any(record.tuned for record in registry.in_report(config))
+    else {}
+)
+TUNED_FILES = {
+    "metrics": results("tuned/{}/{}/L{}/metrics.parquet"),
+    "history": results("tuned/{}/{}/L{}/history.parquet"),
+    "tuning": results("tuned/{}/{}/L{}/tuning.parquet"),
+    "train_benchmark": results("benchmarks/tuned/{}/{}/L{}.tsv"),
+}
+
+
+def tuned_files(kind):
+    return [TUNED_FILES[kind].format(*key) for key in TUNED]
+
+
+def tuned_tables(wildcards=None):
+    """{kind: the per-job tables collected into RESULTS/tables/E5_{kind}.parquet}."""
+    return {kind: tuned_files(kind) for kind in ("metrics", "history", "tuning")}
+
+
+def tuned_job(wildcards):
+    key = (wildcards.task, wildcards.variant, wildcards.depths)
+    if key not in TUNED:
+        raise ValueError(
+            f"no tuned E5 job {key} in this config; planned: {sorted(TUNED)}"
+        )
+    return TUNED[key]
+
+
+def tuned_params(wildcards):
+    return tunedplan.tuned_job_params(config, tuned_job(wildcards))
+
+
+def tuned_gpu_mb(wildcards):
+    """GPU memory (MB) one tuned job declares (0 without GPU)."""
+    key = (wildcards.task, wildcards.variant, wildcards.depths)
+    return tunedplan.tuned_job_gpu_mb(config, TUNED[key]) if key in TUNED else 0
+
+
+for _table in E5_TABLES.values():
+    BENCHMARKS[results(_table)] = lambda: [
+        *tuned_files("train_benchmark"),
+        results("benchmarks/collect/E5.tsv"),
+    ]

@@ -17,7 +17,7 @@ import argparse
 import torch
 import torch.utils.benchmark as tb
 
-from rankcollapse.experiments.homogenized.particles import (
+from rankcollapse.experiments.homogenized.simulate import (
     simulate_particles,
     simulate_particles_loop,
 )

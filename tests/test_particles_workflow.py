@@ -11,20 +11,21 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from rankcollapse.experiments.homogenized.studies import (
-    TABLES,
+from rankcollapse.experiments.homogenized.analysis import (
     cluster_fractions,
-    config_problems,
-    first_passage,
-    heads_for_depth,
-    plan,
-    record_every,
-    run_point,
     small_beta_cells,
     small_beta_summary,
     zero_crossings,
 )
+from rankcollapse.experiments.homogenized.run import first_passage, run_point
 from rankcollapse.plan.config import ConfigError, check_config
+from rankcollapse.plan.particles import (
+    TABLES,
+    config_problems,
+    heads_for_depth,
+    plan,
+    record_every,
+)
 
 from conftest import ROOT, run_snakemake
 

@@ -15,7 +15,7 @@
 # weights of variance 1/d (law (G) with σ_V² = σ_A² = 1/d, so β is the paper's β_eff), ballistic
 # time t = Lη and diffusive time τ = Lη²/H. Equations and theorems are cited by the paper's
 # labels. This notebook only reads the tables of the workflow's `particles` jobs
-# (rankcollapse.experiments.homogenized.studies); it simulates nothing. Claim statistics: rankcollapse.claims.e6.
+# (rankcollapse.experiments.homogenized.run); it simulates nothing. Claim statistics: rankcollapse.claims.e6.
 
 # %% tags=["parameters"]
 experiment = "E6"
@@ -42,7 +42,7 @@ from IPython.display import Markdown, display
 
 from rankcollapse import io, plotting
 from rankcollapse.claims.e6 import measure
-from rankcollapse.experiments.homogenized.studies import (
+from rankcollapse.experiments.homogenized.analysis import (
     cluster_fractions,
     final_overlaps,
     homog_finals,
@@ -56,8 +56,9 @@ from rankcollapse.experiments.homogenized.studies import (
     small_beta_summary,
     zero_crossings,
 )
+from rankcollapse.experiments.homogenized.limits import arcsin_law, logistic
+from rankcollapse.experiments.homogenized.ours import pair_coefficient_expansion
 from rankcollapse.notebooks import section
-from rankcollapse.experiments.homogenized.particles import arcsin_law, logistic, pair_coefficient_expansion
 
 plotting.use_style()
 particles = settings["particles"]

@@ -3,7 +3,7 @@
 import logging
 
 from rankcollapse import io, runtime
-from rankcollapse.experiments.homogenized.studies import run_point
+from rankcollapse.experiments.homogenized.run import run_point
 
 io.log_to(snakemake.log[0])
 point = snakemake.params.point

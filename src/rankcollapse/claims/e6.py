@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from rankcollapse.claims import LEVEL, Measurement, exact, not_testable, over_runs
-from rankcollapse.experiments.homogenized.studies import (
+from rankcollapse.experiments.homogenized.analysis import (
     final_overlaps,
     homog_finals,
     homog_limit_final,

@@ -1,32 +1,11 @@
-"""Experiment E6 [KGR26]: the parameter points of the particle studies, one point's table, and
-the analysis of the collected tables.
+"""E6's jobs: one parameter point of a particle study -> its long table (:func:`run_point`).
 
-A *study* is one family of simulations; a *point* is one job of it, named ``[A-Za-z0-9_.-]+``.
-:func:`plan` turns the workflow config into ``{study: {point: params}}``; :func:`run_point`
-computes one point's table from its params (a plain JSON dict holding its seed), so a changed
-setting reruns exactly the points it changes. A point batches a whole grid of parameter values,
-so that a job is not mostly interpreter and torch start-up.
-
-Studies (collected table in brackets), all in the paper's conventions (head average, Gaussian
-law (G) with ``sigma^2 = 1/d``, ballistic time ``t = L eta``, diffusive time ``tau = L eta^2/H``):
-
-* ``homog_ballistic``, ``homog_diffusive`` [homog]: one shared start, depths L under the scaling
-  of ``cor:ode1`` / ``cor:SDE`` at fixed H, and the limit (``X(t) = X(0)``; the SDE
-  ``eq:Diffusive_gaussian_case`` by Euler-Maruyama). ``homog_heads`` [homog]: the diffusive
-  scaling with ``H = ceil(L^p)`` heads, ``p < 1/3`` (the theorem's ``H = o(L^{1/3})``).
-* ``small_beta`` [small_beta]: ``thm:clustering_small_beta``; equal positive overlaps with a
-  fixed ``m(0)``, sweep of d and n at ``beta = 0`` and ``beta = d^{-1/2}``.
-* ``simplex`` [simplex]: ``thm:clustering_random_init``; the simplex start, sweep of d, the ODE
-  with f, g by Monte Carlo, printed and corrected.
-* ``large_beta`` [large_beta]: ``thm:large_beta_meta``; a pair of tokens at ``beta_eff =
-  infinity``, sweep of d; the kernel's drift coefficient; the printed limit SDE; ours: the
-  exact kernel and coefficient per d, the derived limit SDE (exact) and the derived SDE per d
-  (derivation note, section 7).
-* ``map_dn``, ``map_beta_n`` [maps]: mean overlap at a few units of tau over (d, n) and
-  (beta, n), fresh uniform starts.
-* ``boundary``, ``antipodal`` [antipodal]: OUR heuristic exponent of an antipodal two-cluster
-  state over (d, beta), and long-horizon runs at its sides (an extension, not the paper's).
-* ``discrete`` [discrete]: the unscaled model (step 1) at E1's sizes, for E7.
+A *study* is one family of simulations and a *point* one job of it; rankcollapse.plan.particles
+plans them from the config without torch and seeds every point, so a changed setting reruns
+exactly the points it changes. A point batches a whole grid of parameter values, so that a job
+is not mostly interpreter and torch start-up. The studies, their tables and the theorem each
+tests: docs/e6_homogenized.md. Rows computed with our own derivations or heuristic (ours.py):
+``large_beta``'s ``*_derived`` columns and SDEs, ``boundary``.
 """
 
 from __future__ import annotations
@@ -37,42 +16,47 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rankcollapse.experiments.homogenized.particles import (
-    antipodal_exponents,
-    derived_overlap_law,
-    equal_overlap_tokens,
+from rankcollapse.core.metrics import mean_token_norm_sq
+from rankcollapse.experiments.homogenized.limits import (
     logistic,
-    mean_pairwise_inner,
-    mean_token_norm_sq,
     meanfield_pair_kernel,
-    overlap_for_mean,
-    pair_coefficient_expansion,
-    pair_coefficient_table,
     pair_drift_coefficient,
-    pair_kernel_exact,
-    pair_tokens,
-    sample_derived_overlap,
-    sample_weights,
     simplex_drift,
     simplex_fg,
     simulate_limit,
-    simulate_meanfield_argmax,
     simulate_overlap_sde,
-    simulate_pair_sde_exact,
-    simulate_particles,
     solve_simplex_ode,
+)
+from rankcollapse.experiments.homogenized.model import (
+    equal_overlap_tokens,
+    mean_pairwise_inner,
+    multihead_update,
+    overlap_for_mean,
+    pair_tokens,
+    project_to_sphere,
+    sample_projections,
+    sample_weights,
     step_size,
     uniform_tokens,
+    update_from_projections,
 )
-from rankcollapse.plan.particles import (  # noqa: F401 - re-exported: the plan, without torch
+from rankcollapse.experiments.homogenized.ours import (
+    antipodal_exponents,
+    derived_overlap_law,
+    pair_coefficient_expansion,
+    pair_coefficient_table,
+    pair_kernel_exact,
+    sample_derived_overlap,
+    simulate_pair_sde_exact,
+)
+from rankcollapse.experiments.homogenized.simulate import (
+    simulate_meanfield_argmax,
+    simulate_particles,
+)
+from rankcollapse.plan.particles import (
     BETA_RULES,
-    BOUNDARY_TOKENS,
-    TABLES,
-    config_problems,
     heads_for_depth,
     layers_for,
-    plan,
-    point_seed,
     record_every,
     sub_seed,
 )
@@ -102,8 +86,6 @@ def drift_z(X0: torch.Tensor, H: int, beta: float, draws: int, seed: int,
             head_norm: str) -> float:
     """Largest ``|mean| / SE`` over the ``n d`` components of the one-layer head output from
     ``X0`` over ``draws`` independent weight draws (``lem:lemma_app``: its mean is 0)."""
-    from rankcollapse.experiments.homogenized.particles import multihead_update
-
     g = torch.Generator().manual_seed(seed)
     n, d = X0.shape
     Q, K, V = sample_weights(draws, H, d, g)
@@ -370,7 +352,7 @@ def _run_antipodal(p: dict) -> pd.DataFrame:
 
 
 def run_point(params: dict) -> pd.DataFrame:
-    """One point's table (long format; see the module docstring for the studies).
+    """One point's table (long format; the studies: docs/e6_homogenized.md).
 
     Returns, by ``params["kind"]``: ``homog`` (trajectory / limit rows per run and record, and
     one drift_check row), ``small_beta``, ``simplex``, ``large_beta``, ``map``, ``antipodal``
@@ -410,12 +392,6 @@ def one_layer_drift(X0: torch.Tensor, beta: float, dtau: float, draws: int, seed
     One head, step ``eta = sqrt(dtau)``; antithetic pairs (V and -V share Q, K), which cancel
     the first-order noise. Returns (mean, standard error over the ``draws`` pairs).
     """
-    from rankcollapse.experiments.homogenized.particles import (
-        project_to_sphere,
-        sample_projections,
-        update_from_projections,
-    )
-
     g = torch.Generator().manual_seed(seed)
     n, d = X0.shape
     X = X0.expand(draws, n, d)
@@ -428,177 +404,3 @@ def one_layer_drift(X0: torch.Tensor, beta: float, dtau: float, draws: int, seed
                                                                 head_norm))
         change += (mean_pairwise_inner(Y) - start) / (2 * dtau)
     return float(change.mean()), float(change.std() / math.sqrt(draws))
-
-
-# --------------------------------------------------------------------------------------------
-# analysis of the collected tables (pure functions; used by claims.e6 and the E6 notebook)
-# --------------------------------------------------------------------------------------------
-
-
-def loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
-    """Least-squares slope of log y against log x; NaN when a y is not positive and finite."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 2 or not np.all(np.isfinite(y) & (y > 0)):
-        return math.nan
-    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
-
-
-def run_matrix(table: pd.DataFrame, value: str, columns: str = "t") -> tuple[np.ndarray,
-                                                                             np.ndarray]:
-    """One cell's runs as ``(column values, (runs, columns) matrix)`` (runs in run order)."""
-    wide = table.pivot(index="run", columns=columns, values=value).sort_index()
-    return wide.columns.to_numpy(float), wide.to_numpy(float)
-
-
-def homog_finals(homog: pd.DataFrame, study: str) -> dict[tuple[int, int], np.ndarray]:
-    """``{(L, H): mean overlap at t = 1 per run}`` of a homogenization study's trajectories."""
-    rows = homog[(homog.study == study) & (homog.kind == "trajectory")]
-    end = rows[np.isclose(rows.t, 1.0)]
-    return {(int(L), int(H)): g.sort_values("run").inner.to_numpy(float)
-            for (L, H), g in end.groupby(["L", "H"])}
-
-
-def homog_limit_final(homog: pd.DataFrame, study: str) -> np.ndarray:
-    """Per run of the study's limit: the mean overlap at t = 1."""
-    rows = homog[(homog.study == study) & (homog.kind == "limit")]
-    return rows[np.isclose(rows.t, 1.0)].sort_values("run").inner.to_numpy(float)
-
-
-def deviation_curves(m: np.ndarray, u: np.ndarray) -> dict[str, np.ndarray]:
-    """Per recorded time: ``gap = |mean_r m - u|``, ``spread = std_r m`` and
-    ``rms = sqrt(mean_r (m - u)^2)`` for runs ``m (runs, times)`` against a limit ``u (times)``."""
-    return {"gap": np.abs(m.mean(0) - u), "spread": m.std(0, ddof=1),
-            "rms": np.sqrt(((m - u) ** 2).mean(0))}
-
-
-def small_beta_cells(table: pd.DataFrame) -> dict[tuple[str, int, int], tuple[np.ndarray,
-                                                                               np.ndarray,
-                                                                               np.ndarray]]:
-    """``{(beta_rule, n, d): (tau, m (runs, times), u (times))}`` of the small-beta study."""
-    out = {}
-    for (rule, n, d), g in table.groupby(["beta_rule", "n", "d"]):
-        tau, m = run_matrix(g, "m", "tau")
-        u = g.groupby("tau").u.first().reindex(tau).to_numpy(float)
-        out[(rule, int(n), int(d))] = (tau, m, u)
-    return out
-
-
-def small_beta_summary(cells: dict, runs: slice | np.ndarray | None = None) -> pd.DataFrame:
-    """Per cell: the sup over tau > 0 of the gap, spread and rms deviation from the logistic.
-
-    ``runs`` selects (or resamples) the runs of every cell alike.
-    """
-    rows = []
-    for (rule, n, d), (tau, m, u) in cells.items():
-        sub = m if runs is None else m[runs]
-        curves = deviation_curves(sub[:, tau > 0], u[tau > 0])
-        rows.append({"beta_rule": rule, "n": n, "d": d,
-                     **{k: float(v.max()) for k, v in curves.items()}})
-    return pd.DataFrame(rows)
-
-
-def slopes_over_d(summary: pd.DataFrame, quantity: str) -> pd.DataFrame:
-    """Fitted slope of log(quantity) against log d per (beta_rule, n) line (>= 2 values of d)."""
-    rows = []
-    for (rule, n), g in summary.groupby(["beta_rule", "n"]):
-        if g.d.nunique() >= 2:
-            g = g.sort_values("d")
-            rows.append({"beta_rule": rule, "n": n, "slope": loglog_slope(g.d, g[quantity]),
-                         "d_values": len(g)})
-    return pd.DataFrame(rows, columns=["beta_rule", "n", "slope", "d_values"])
-
-
-def simplex_cells(table: pd.DataFrame) -> dict[int, dict[str, np.ndarray]]:
-    """Per d of the simplex study: tau, overlap and dev ``(runs, times)``, the two ODE curves."""
-    out = {}
-    traj, ode = table[table.kind == "trajectory"], table[table.kind == "ode"]
-    for d, g in traj.groupby("d"):
-        tau, overlap = run_matrix(g, "overlap", "tau")
-        _, dev = run_matrix(g, "dev", "tau")
-        o = ode[ode.d == d].set_index("tau").reindex(tau)
-        out[int(d)] = {"tau": tau, "overlap": overlap, "dev": dev,
-                       "printed": o.gamma_printed.to_numpy(float),
-                       "corrected": o.gamma_corrected.to_numpy(float)}
-    return out
-
-
-def drift_ratio(cells: dict[int, dict[str, np.ndarray]], horizon: float,
-                runs: np.ndarray | None = None) -> float:
-    """Where the mean overlap lies between the printed ODE (0) and the corrected one (1).
-
-    Least-squares coefficient of (simulated mean - printed) on (corrected - printed), pooled over
-    d and the recorded times ``0 < tau <= horizon``.
-    """
-    num = den = 0.0
-    for c in cells.values():
-        keep = (c["tau"] > 0) & (c["tau"] <= horizon + 1e-12)
-        sim = (c["overlap"] if runs is None else c["overlap"][runs]).mean(0)[keep]
-        step = (c["corrected"] - c["printed"])[keep]
-        num += float(np.sum((sim - c["printed"][keep]) * step))
-        den += float(np.sum(step**2))
-    return num / den if den > 0 else math.nan
-
-
-def simplex_deviation(cells: dict[int, dict[str, np.ndarray]],
-                      runs: np.ndarray | None = None) -> pd.DataFrame:
-    """Per d: RMS over runs of ``sup_tau max_{i<j} |R_ij(tau) - gamma(tau)|`` (printed ODE)."""
-    rows = []
-    for d, c in sorted(cells.items()):
-        dev = (c["dev"] if runs is None else c["dev"][runs]).max(axis=1)
-        rows.append({"d": d, "rms_dev": float(np.sqrt((dev**2).mean()))})
-    return pd.DataFrame(rows)
-
-
-def passage_matrix(table: pd.DataFrame, u0: float) -> tuple[np.ndarray, np.ndarray]:
-    """``(d values, (runs, d) passage times)`` of the large-beta pair from overlap ``u0``;
-    a pair that never moved far enough within the horizon counts as +inf."""
-    rows = table[(table.kind == "passage") & np.isclose(table.u0, u0)]
-    wide = rows.pivot(index="run", columns="d", values="tau_pass").sort_index()
-    return wide.columns.to_numpy(float), np.nan_to_num(wide.to_numpy(float), nan=np.inf)
-
-
-def final_overlaps(table: pd.DataFrame, u0: float) -> dict[int, np.ndarray]:
-    """``{d: overlap at the last recorded time, per run}`` of the large-beta pair from ``u0``."""
-    rows = table[(table.kind == "trajectory") & np.isclose(table.u0, u0)]
-    last = rows[np.isclose(rows.t, rows.t.max())]
-    return {int(d): g.sort_values("run").overlap.to_numpy(float) for d, g in last.groupby("d")}
-
-
-def sde_final(table: pd.DataFrame, label: str, u0: float) -> pd.Series:
-    """The summary row (p_near, p_pos, quantiles) of an overlap SDE at its last time."""
-    rows = table[(table.kind == "sde") & (table.sde == label) & np.isclose(table.u0, u0)]
-    return rows.loc[rows.t.idxmax()]
-
-
-def cluster_fractions(final: pd.DataFrame, collapsed: float = 0.99) -> pd.DataFrame:
-    """Per (study, d, beta, n): fractions of runs in one cluster and in two antipodal clusters,
-    and the means of m, of the logistic u and of their difference.
-
-    One cluster: mean pairwise overlap > ``collapsed``. Two antipodal clusters: every pair has
-    ``|<x_i, x_j>| > collapsed`` but the run is not one cluster.
-    """
-    one = final.inner > collapsed
-    two = (final.min_abs_gram > collapsed) & ~one
-    extra = {"one_cluster": one.astype(float), "two_clusters": two.astype(float)}
-    if "u" in final:
-        extra["logistic_gap"] = final.mean_norm_sq - final.u
-    t = final.assign(**extra)
-    aggregations = {"one_cluster": ("one_cluster", "mean"),
-                    "two_clusters": ("two_clusters", "mean"), "m": ("mean_norm_sq", "mean"),
-                    "runs": ("run", "size")}
-    if "u" in final:
-        aggregations |= {"u": ("u", "mean"), "logistic_gap": ("logistic_gap", "mean")}
-    return t.groupby(["study", "d", "beta", "n"], sort=True).agg(**aggregations).reset_index()
-
-
-def zero_crossings(x: np.ndarray, y: np.ndarray) -> list[float]:
-    """Linear-interpolated x where y changes sign (and exact zeros)."""
-    out = []
-    for i in range(len(x) - 1):
-        if y[i] == 0:
-            out.append(float(x[i]))
-        elif y[i] * y[i + 1] < 0:
-            out.append(float(x[i] - y[i] * (x[i + 1] - x[i]) / (y[i + 1] - y[i])))
-    if len(y) and y[-1] == 0:
-        out.append(float(x[-1]))
-    return out

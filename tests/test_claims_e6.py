@@ -17,7 +17,7 @@ from rankcollapse.claims.e6 import IDS, measure
 
 from conftest import ROOT
 
-REGISTRY = load_registry(ROOT / "workflow" / "claims.yaml")
+REGISTRY = load_registry(ROOT / "src/rankcollapse/claims/claims.yaml")
 RESAMPLES = 300
 
 

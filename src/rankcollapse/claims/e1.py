@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rankcollapse.claims import Measurement, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, not_testable, over_runs
 from rankcollapse.experiments.init_fits import exponent_of, exponent_pairs, exponent_units
 
 # claim id -> the variant whose exponent it is about

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rankcollapse.claims import Measurement, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, not_testable, over_runs
 
 METRIC = "relative_residual_comp"
 LAST = 12  # every model here (BERT-, ALBERT-, XLNet-base) has 12 layers

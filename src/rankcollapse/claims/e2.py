@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from rankcollapse import references
-from rankcollapse.claims import Measurement, at_scale, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, at_scale, not_testable, over_runs
 
 TASKS = ("memorisation", "sorting", "hull")
 PAPER_IDS = tuple(f"E2.{what}_{task}"

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from rankcollapse import references
-from rankcollapse.claims import Measurement, at_scale, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, at_scale, not_testable, over_runs
 
 PAPER_IDS = ("E3.no_skip_collapses", "E3.skip_prevents_collapse", "E3.mlp_counteracts",
              "E3.wider_collapses_faster", "E3.no_skip_collapses_attention_only",

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from rankcollapse.claims import Measurement, exact, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, exact, not_testable, over_runs
 from rankcollapse.experiments.trained import fits_from_layer_means, layer_means
 
 FITS = {  # claim: (view, variant, fit key)

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from rankcollapse.claims import Measurement, at_scale, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, at_scale, not_testable, over_runs
 
 TASKS = ("digits", "text")
 # The metric of each task and its sign: +1 when higher is better.

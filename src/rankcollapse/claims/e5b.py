@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from rankcollapse.claims import Measurement, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, not_testable, over_runs
 
 FIXES = ("post_ln_deesc", "post_ln_center", "post_ln_scaled")
 IDS = tuple(f"E5b.{fix}_{what}" for fix in FIXES

@@ -17,7 +17,7 @@ from statistics import NormalDist
 import numpy as np
 import pandas as pd
 
-from rankcollapse.claims import LEVEL, Measurement, exact, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, exact, not_testable, over_runs
 from rankcollapse.experiments.homogenized.analysis import (
     final_overlaps,
     homog_finals,
@@ -28,6 +28,7 @@ from rankcollapse.experiments.homogenized.analysis import (
     simplex_cells,
     small_beta_cells,
 )
+from rankcollapse.stats import LEVEL
 
 IDS: tuple[str, ...] = (
     "E6.drift_vanishes",

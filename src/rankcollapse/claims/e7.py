@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from rankcollapse.claims import Measurement, exact, not_testable, over_runs
+from rankcollapse.claims.measurement import Measurement, exact, not_testable, over_runs
 
 IDS = ("E7.residual_equals_similarity", "E7.sphere_clustering_is_similarity",
        "E7.agree_at_init", "E7.agree_trained")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from rankcollapse.stats import resample_runs
+
 
 def exponent_pairs(table: pd.DataFrame, value: str, floor: float, max_residual: float,
                    keys: tuple[str, ...] = ("seed", "sample")) -> pd.DataFrame:
@@ -120,21 +122,17 @@ def rate_of(units: list) -> float:
 def collapse_summary(table: pd.DataFrame, value: str, floor: float, max_residual: float,
                      resamples: int) -> pd.DataFrame:
     """Per variant: collapse exponent k and per-layer factor rho, each with its interval over
-    seeds (95% bootstrap with >= 5 seeds, else the range of the seeds; `claims.over_runs`).
+    seeds (95% bootstrap with >= 5 seeds, else the range of the seeds; `stats.resample_runs`).
 
     Returns one row per variant with k, k_lo, k_hi, rho, rho_lo, rho_hi, interval (its method),
     seeds, pairs (fitted layer pairs), sequences, final (median value at the last layer) and
     collapse_layer (median first layer below 1e-6).
     """
-    from rankcollapse.claims import over_runs, sample_interval
-
     rows = []
     for variant, t in table.groupby("variant", sort=False):
-        k = over_runs("k", exponent_units(t, value, floor, max_residual), exponent_of,
-                      resamples)
-        rho = over_runs("rho", rate_units(t, value, floor), rate_of, resamples)
-        (k_lo, k_hi), (rho_lo, rho_hi) = (sample_interval(m) or (np.nan, np.nan)
-                                          for m in (k, rho))
+        k = resample_runs(exponent_units(t, value, floor, max_residual), exponent_of, resamples)
+        rho = resample_runs(rate_units(t, value, floor), rate_of, resamples)
+        (k_lo, k_hi), (rho_lo, rho_hi) = (r.interval() or (np.nan, np.nan) for r in (k, rho))
         pairs = exponent_pairs(t, value, floor, max_residual)
         last = t[t.layer == t.layer.max()][value]
         rows.append({

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from rankcollapse.stats import resample_runs
+
 
 def line_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """Least squares y = slope * x + intercept; returns (slope, intercept, R^2), NaN if < 3 points
@@ -75,14 +77,12 @@ def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
 def seed_interval(values, resamples: int = 1000) -> tuple[float, float, float, str]:
     """(mean, low, high, method) of per-seed values: a 95% percentile bootstrap of the mean over
     seeds with >= 5 seeds, the range of the seeds with fewer (as the claims' intervals)."""
-    from rankcollapse.claims import over_runs, sample_interval
-
     values = [float(v) for v in values]
     if not values:
         return float("nan"), float("nan"), float("nan"), "no seeds"
-    m = over_runs("interval", dict(enumerate(values)), lambda u: float(np.mean(u)), resamples)
-    lo, hi = sample_interval(m) or (float("nan"), float("nan"))
-    return float(m.value), lo, hi, m.method
+    runs = resample_runs(dict(enumerate(values)), lambda u: float(np.mean(u)), resamples)
+    lo, hi = runs.interval() or (float("nan"), float("nan"))
+    return float(runs.value), lo, hi, runs.method
 
 
 def selected_settings(tuning: pd.DataFrame) -> pd.DataFrame:

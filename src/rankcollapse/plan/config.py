@@ -16,6 +16,8 @@ from typing import NamedTuple
 import jsonschema
 import yaml
 
+from rankcollapse.plan.data_checks import data_problems
+
 
 class ConfigError(ValueError):
     """A config problem, reported before any job runs."""
@@ -160,6 +162,7 @@ def check_config(config: dict) -> None:
     )
 
     problems += config_problems(config.get("particles", {}))
+    problems += data_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 

@@ -77,6 +77,7 @@ from rankcollapse.plan.specs import (
     PROBE_FAMILIES,
     PROBE_OUTPUTS,
     TOKENIZER_FILES,
+    WORD_PATTERN,
     ProbeError,
     checkpoint_config,
     probe_ablations,
@@ -804,7 +805,7 @@ def word_ids(text: str, vocab_size: int, low: int = FIRST_ID) -> list[int]:
     For a model without its tokenizer at random initialisation: its embedding rows are i.i.d.,
     so which id a word gets does not matter, only which tokens repeat.
     """
-    words = re.findall(r"\w+|[^\w\s]", text)
+    words = re.findall(WORD_PATTERN, text)
     vocab: dict[str, int] = {}
     ids = [vocab.setdefault(w, low + len(vocab)) for w in words]
     if low + len(vocab) > vocab_size:

@@ -127,6 +127,20 @@ def text_vocabulary() -> list[str]:
     return sorted(set(text_corpus()))
 
 
+def text_blocks(size: int, val_fraction: float = 0.05,
+                test_fraction: float = 0.05) -> tuple[int, int, int]:
+    """Characters of the train, validation and test blocks of a corpus of `size` characters
+    (`text`'s split; torch-free, so the config checks size the blocks before any job)."""
+    n_val, n_test = round(val_fraction * size), round(test_fraction * size)
+    return size - n_val - n_test, n_val, n_test
+
+
+def text_windows(block: int, length: int) -> int:
+    """Non-overlapping windows of `length` + 1 characters (inputs and their next characters)
+    in a block of `block` characters: the sequences `text` cuts from it."""
+    return max(0, (block - 1) // length)
+
+
 def text(length: int = 32, eval_windows: int = 256, val_fraction: float = 0.05,
          test_fraction: float = 0.05) -> TaskData:
     """Causal character-level language modelling of `text_corpus()`.
@@ -142,12 +156,11 @@ def text(length: int = 32, eval_windows: int = 256, val_fraction: float = 0.05,
     corpus = text_corpus()
     vocab = {c: i for i, c in enumerate(sorted(set(corpus)))}
     ids = torch.tensor([vocab[c] for c in corpus], dtype=torch.int64)
-    n_val, n_test = round(val_fraction * len(ids)), round(test_fraction * len(ids))
-    n_train = len(ids) - n_val - n_test
+    n_train, n_val, _ = text_blocks(len(ids), val_fraction, test_fraction)
     blocks = ids[:n_train], ids[n_train:n_train + n_val], ids[n_train + n_val:]
 
     def windows(block: Tensor, limit: int | None = None) -> tuple[Tensor, Tensor]:
-        count = (len(block) - 1) // length
+        count = text_windows(len(block), length)
         if limit is not None:
             count = min(count, limit)
         w = block[:count * length + 1]

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from rankcollapse import probe
+from rankcollapse.plan.specs import package_text
 from rankcollapse.probe import (  # noqa: F401 - E1b's names for the probe's parts
     FIRST_ID,
     AlbertAttentionAblated,
@@ -111,14 +112,6 @@ def residual_table(states: list[Tensor]) -> pd.DataFrame:
 def random_ids(batch: int, tokens: int, vocab_size: int, seed: int) -> Tensor:
     """(batch, tokens) token ids uniform in [FIRST_ID, vocab_size), from their own generator."""
     return probe.random_ids(batch, tokens, vocab_size, seed, FIRST_ID)
-
-
-def package_text() -> str:
-    """English prose that ships with scikit-learn: its bundled data sets' descriptions."""
-    import sklearn.datasets
-
-    descr = Path(sklearn.datasets.__file__).parent / "descr"
-    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(descr.glob("*.rst")))
 
 
 def text_ids(text: str, batch: int, tokens: int, vocab_size: int) -> Tensor:

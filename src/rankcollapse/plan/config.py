@@ -19,6 +19,7 @@ import yaml
 from rankcollapse.plan import checks, experiments
 from rankcollapse.plan.specs import with_presets
 from rankcollapse.plan.training import groups
+from rankcollapse.plan.data_checks import data_problems
 
 
 class ConfigError(ValueError):
@@ -140,6 +141,7 @@ def check_config(config: dict) -> None:
         pass
     except ValueError as err:
         problems.append(str(err))
+    problems += data_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 

@@ -175,6 +175,12 @@ PROBE_OUTPUTS = ("probe.png", "probe.pdf", "layers.parquet", "layers.csv", "prob
 # Files whose presence in a checkpoint folder means it carries its tokenizer.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
                    "spiece.model", "tokenizer.model")
+# The weight files `AutoModel.from_pretrained` (PyTorch, local files only) loads from a checkpoint
+# folder: one of them, or a sharded one's index, must be there.
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+# How the probe (and E1b's text input) splits a text into tokens: words and punctuation marks.
+WORD_PATTERN = r"\w+|[^\w\s]"
 
 
 def probe_ablations(model_type: str) -> tuple[str, ...]:
@@ -216,6 +222,16 @@ def max_positions(config: dict) -> int | None:
         if isinstance(config.get(key), int) and config[key] > 0:
             return config[key]
     return None
+
+
+def package_text() -> str:
+    """English prose that ships with scikit-learn: its bundled data sets' descriptions (E1b's
+    text input). Found without importing scikit-learn, so the config checks can count it."""
+    import importlib.util
+
+    root = Path(importlib.util.find_spec("sklearn").submodule_search_locations[0])
+    descr = root / "datasets" / "descr"
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(descr.glob("*.rst")))
 
 
 def read_text(path) -> str:

@@ -1,0 +1,163 @@
+"""Config values that refer to data, judged against that data before any job starts.
+
+The schema bounds each value on its own and `config.check_config` cross-checks the blocks;
+these checks read the data a value refers to (the text corpus, scikit-learn's texts, a
+checkpoint folder) or a task's own constraint, and say what the value would run into inside
+its job: a task whose test set would not fit in its data, an empty evaluation block, a text too
+short for E1b's batch, a checkpoint without weights. Torch-free (Snakemake imports this while
+it parses the workflow): the facts come from core/tasks.py and plan/specs.py.
+
+`data_problems(config)` returns one line per problem: the config key, its value and what is
+allowed; `check_config` raises them with its own.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+
+def data_problems(config: dict) -> list[str]:
+    """Every problem of a schema-valid config's data-referring values, one line each."""
+    problems = _task_problems(config)
+    problems += _circle_problems(config.get("circle", {}))
+    problems += _realarch_problems(config.get("realarch", {}))
+    problems += _depth_grid_problems(config.get("depth_grid", {}))
+    return list(dict.fromkeys(problems))  # a task used by two experiments is said once
+
+
+# ---- training tasks (E2, E4, E5, E5b) ---------------------------------------------------------
+
+
+def _task_uses(config: dict) -> list[tuple[str, str, bool]]:
+    """(task, the key that uses it, whether E2's paths.data overrides apply) of every training
+    run the config plans."""
+    from rankcollapse.core.tasks import TASKS
+
+    uses = []
+    escalation = config.get("escalation", {})
+    if "task" in escalation:
+        uses.append((escalation["task"], "escalation.task", False))
+    uses += [(t, "depth_grid.tasks", False) for t in config.get("depth_grid", {}).get("tasks", [])]
+    uses += [(t, "paths.tasks", True) for t in config.get("paths", {}).get("tasks", [])]
+    return [use for use in uses if use[0] in TASKS]  # unknown tasks: config.check_config's
+
+
+def _options(config: dict, task: str, e2: bool) -> tuple[dict, dict]:
+    """(the options a run of `task` is built with: the task's defaults, `tasks.<task>`, E2's
+    `paths.data.<task>`; the config key each given option comes from)."""
+    from rankcollapse.core.tasks import TASKS
+
+    defaults = {k: p.default for k, p in inspect.signature(TASKS[task]).parameters.items()}
+    options, keys = dict(defaults), {k: f"tasks.{task}.{k}" for k in defaults}
+    layers = [(f"tasks.{task}", config.get("tasks", {}).get(task, {}))]
+    if e2:
+        layers.append((f"paths.data.{task}", config.get("paths", {}).get("data", {}).get(task, {})))
+    for prefix, given in layers:
+        for k, v in given.items():
+            options[k], keys[k] = v, f"{prefix}.{k}"
+    return options, keys
+
+
+def _task_problems(config: dict) -> list[str]:
+    problems = []
+    tuned = {"E5", "E5b"} & set(config.get("report", {}).get("experiments", []))
+    for task, used_by, e2 in _task_uses(config):
+        o, key = _options(config, task, e2)
+        if task == "memorisation" and o["test_size"] > o["train_size"]:
+            problems.append(
+                f"{key['test_size']}={o['test_size']} exceeds {key['train_size']}="
+                f"{o['train_size']} (used by {used_by}): the test sequences are the first "
+                f"test_size memorised ones; allowed: test_size <= train_size")
+        if task == "text":
+            problems += _text_problems(o, key, used_by)
+        if task == "digits" and used_by == "depth_grid.tasks" and tuned \
+                and not o["val_fraction"] > 0:
+            problems.append(
+                f"{key['val_fraction']}={o['val_fraction']}: digits is in depth_grid.tasks, "
+                f"whose arms ({'/'.join(sorted(tuned))}) select their settings on the "
+                "validation split, and 0 leaves none; allowed: a fraction in (0, 1)")
+    return problems
+
+
+def _text_problems(o: dict, key: dict, used_by: str) -> list[str]:
+    """Every block of the corpus (train, validation, test) must hold a window of length + 1."""
+    from rankcollapse.core.tasks import text_blocks, text_corpus, text_windows
+
+    size = len(text_corpus())
+    blocks = dict(zip(("training", "validation", "test"),
+                      text_blocks(size, o["val_fraction"], o["test_fraction"]), strict=True))
+    empty = [name for name, chars in blocks.items() if text_windows(chars, o["length"]) < 1]
+    if not empty:
+        return []
+    longest = min(blocks.values()) - 1
+    return [f"{key['length']}={o['length']} (used by {used_by}) leaves the {' and '.join(empty)} "
+            f"block(s) of the text corpus ({size} characters, split "
+            f"{'/'.join(str(c) for c in blocks.values())} by {key['val_fraction']}="
+            f"{o['val_fraction']} and {key['test_fraction']}={o['test_fraction']}) without one "
+            f"sequence of length + 1 characters; allowed: length <= {longest}"]
+
+
+# ---- E3 -------------------------------------------------------------------------------------
+
+
+def _circle_problems(circle: dict) -> list[str]:
+    heads = circle.get("heads", 2)
+    return [f"circle.widths: {w} is not divisible by circle.heads={heads} (each head has "
+            f"width / heads dimensions); allowed: multiples of {heads}"
+            for w in circle.get("widths", []) if w % heads]
+
+
+# ---- E1b ------------------------------------------------------------------------------------
+
+
+def _realarch_problems(realarch: dict) -> list[str]:
+    from rankcollapse.plan.specs import (
+        WEIGHT_FILES,
+        WORD_PATTERN,
+        ProbeError,
+        checkpoint_config,
+        max_positions,
+        package_text,
+    )
+
+    problems = []
+    tokens, batch = realarch.get("tokens", 128), realarch.get("batch", 32)
+    if min(realarch.get("text_seeds", 1), len(realarch.get("seeds", [0]))) > 0:
+        words = len(re.findall(WORD_PATTERN, package_text()))
+        if batch * tokens > words:
+            problems.append(
+                f"realarch.batch={batch} x realarch.tokens={tokens} = {batch * tokens} tokens of "
+                f"text input, but the text that ships with scikit-learn has {words} "
+                f"(realarch.text_seeds={realarch.get('text_seeds', 1)} seeds run it); allowed: "
+                f"batch x tokens <= {words}, or text_seeds: 0")
+    for model, path in (realarch.get("checkpoints") or {}).items():
+        key = f"realarch.checkpoints.{model}"
+        try:
+            found = checkpoint_config(path)
+        except ProbeError:
+            continue  # said by config.check_config
+        folder = Path(path).expanduser()
+        if not any((folder / name).is_file() for name in WEIGHT_FILES):
+            problems.append(f"{key}: {folder} holds no weights (one of {list(WEIGHT_FILES)}, as "
+                            "save_pretrained writes them)")
+        limit = max_positions(found)
+        if limit is not None and tokens > limit:
+            problems.append(f"realarch.tokens={tokens} exceeds the {limit} positions of the "
+                            f"checkpoint {key} ({folder}/config.json); allowed: tokens <= {limit}")
+    return problems
+
+
+# ---- E5 -------------------------------------------------------------------------------------
+
+
+def _depth_grid_problems(grid: dict) -> list[str]:
+    from rankcollapse.core.tasks import TASKS
+
+    depths = grid.get("depths", {})
+    if not isinstance(depths, dict):
+        return []
+    return [f"depth_grid.depths.{name}: unknown task {name!r}, so these depths are never "
+            f"trained; depths are given per task of depth_grid.tasks {grid.get('tasks', [])}"
+            for name in depths if name not in TASKS]

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rankcollapse.plan.specs import ModelConfig, Norm, Placement  # noqa: F401 - re-exported, defined without torch
+from rankcollapse.plan.specs import ModelConfig
 
 # The named variants of DESIGN.md; the workflow config carries the same presets.
 PRESETS: dict[str, dict] = {

@@ -305,7 +305,9 @@ def measure_job(model_path, eval_size: int, samples, repeats: int,
                 threads: int = 1) -> pd.DataFrame:
     """Path accuracies of one trained checkpoint (a model.pt of train.run_job) on its first
     `eval_size` test examples, with the run's identity and final accuracy (`measure_saved`)."""
-    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    from rankcollapse.training.train import load_saved
+
+    saved = load_saved(model_path)
     return measure_saved(saved, eval_size, samples, repeats, threads)
 
 

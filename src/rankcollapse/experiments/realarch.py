@@ -35,10 +35,6 @@ from rankcollapse import probe
 from rankcollapse.probe import (  # noqa: F401 - E1b's names for the probe's parts
     FIRST_ID,
     AlbertAttentionAblated,
-    AlbertLayerAttentionOnly,
-    BertSelfOutputAblated,
-    FeedForwardRemoved,
-    XLNetAttentionAblated,
     base_config,
 )
 

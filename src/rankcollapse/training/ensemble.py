@@ -58,19 +58,20 @@ from rankcollapse.plan.specs import MEMBER_FIELDS
 from rankcollapse.training.step import (
     DeviceStep,
     autocast,
-    clip_per_member,
     effective_precision,
     matmul_precision,
 )
 from rankcollapse.training.train import (
     TrainConfig,
     TrainResult,
+    load_checkpoint,
+    load_saved,
     loss_and_correct,
     new_model,
     schedule,
 )
 
-__all__ = ["Ensemble", "Member", "clip_per_member", "evaluate_members", "train_ensemble"]
+__all__ = ["Ensemble", "Member", "evaluate_members", "train_ensemble"]
 
 log = logging.getLogger(__name__)
 
@@ -265,22 +266,6 @@ CHECKPOINT_KEYS = {"fingerprint", "step", "active", "diverged_at", "flat", "exp_
                    "exp_avg_sq", "losses", "norms", "evaluations"}
 
 
-def load_checkpoint(path: str | Path, device) -> dict | None:
-    """The ensemble checkpoint's state, or None if there is none or it cannot be read (a
-    damaged file is logged and never trained on: training starts from scratch)."""
-    if not Path(path).exists():
-        return None
-    try:
-        state = io.load_checked(path, map_location=device)
-        if not isinstance(state, dict) or not CHECKPOINT_KEYS <= set(state):
-            raise ValueError("not an ensemble checkpoint")
-        return state
-    except Exception as err:  # noqa: BLE001 - any unreadable checkpoint means: start over
-        log.warning("ignoring damaged checkpoint %s (%s: %s); training from scratch", path,
-                    type(err).__name__, err)
-        return None
-
-
 def windows(start: int, cfg: TrainConfig) -> list[int]:
     """The steps after which the host looks at the run: every evaluation and checkpoint step,
     and the last; a window is the run of steps from one of them to the next."""
@@ -322,7 +307,8 @@ def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member]
     evaluations = np.full((cfg.steps, k, 2), np.nan)  # (step, member, [test loss, accuracy])
     start = 0
 
-    state = load_checkpoint(checkpoint, device) if checkpoint is not None else None
+    state = (load_checkpoint(checkpoint, device, CHECKPOINT_KEYS, "an ensemble checkpoint")
+             if checkpoint is not None else None)
     if state is not None and state["fingerprint"] != fingerprint:
         log.warning("ignoring %s: it was written with other settings", checkpoint)
     elif state is not None:
@@ -469,7 +455,7 @@ def write_members(team: Sequence[Member], results: Sequence[TrainResult], finals
 def load_members(ensemble_path: str | Path) -> list[dict]:
     """The members of a trained ensemble file, each a dict as train.run_job's model.pt holds
     (model, settings, spec, final, fingerprint)."""
-    return torch.load(ensemble_path, map_location="cpu", weights_only=False)["members"]
+    return load_saved(ensemble_path)["members"]
 
 
 @torch.no_grad()

@@ -57,11 +57,10 @@ from rankcollapse.training.ensemble import (
     write_metrics,
 )
 from rankcollapse.training.step import autocast
-from rankcollapse.training.train import new_model
+from rankcollapse.training.train import load_saved, new_model
 
 log = logging.getLogger(__name__)
 
-ROLES = ("sweep", "final")
 METHODS = ("grid", "halving")
 # What a finished arm of run_tuned_arms leaves in its folder.
 ARM_FILES = ("ensemble.pt", "history.parquet", "tuning.parquet", "metrics.parquet")
@@ -336,8 +335,7 @@ def run_tuned_arms(arms: Sequence[dict], ensemble_path: str | Path, history_path
         for name, path in zip(ARM_FILES, paths, strict=True):
             (folders[0] / name).replace(path)
     else:
-        saved = [torch.load(f / "ensemble.pt", map_location="cpu", weights_only=False)
-                 for f in folders]
+        saved = [load_saved(f / "ensemble.pt") for f in folders]
         members = [m for s in saved for m in s["members"]]
         fingerprint = io.config_hash([s["fingerprint"] for s in saved])
         io.atomic_write(ensemble_path, lambda tmp: torch.save(

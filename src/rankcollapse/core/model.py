@@ -1,21 +1,6 @@
-"""One readable transformer whose architecture is set by orthogonal switches.
-
-Every ablation studied here is a switch of `ModelConfig`, resolved once in `__init__` to either a
-real module or `nn.Identity`, so that `Block.forward` stays a few readable lines:
-
-    h, attn = self.attn(self.attn_in(x), capture)   # pre-LN or Identity, then attention
-    x = self.attn_out(self.skip * x + self.scale * h)  # residual (skip 1) or not (0); post-LN
-    x = self.centre_out(x)                          # de-escalation after the post-LN, or Identity
-    x = self.ffn(x)                                 # the same wiring around an MLP, or Identity
-
-De-escalation (Yu & Zhang) removes tau x the token mean. Where it sits is a switch:
-`deescalate_at="branch"` (the default) centres the attention output before the residual add;
-`"output"` centres the sublayer's output after the post-LN; `deescalate_mlp` does the same to
-the MLP sublayer. With causal attention (a language model) every "token mean" is the prefix
-mean of tokens 1..i, so that no token sees its future.
-
-Named variants (`san`, `post_ln`, ...) are presets of these switches; they live in the workflow
-config (workflow/config/*.yaml), and `PRESETS` below holds the same set for library users.
+"""One readable transformer whose architecture is set by orthogonal switches (`ModelConfig`),
+and `PRESETS`, the named variants. Why switches, how a block is wired and where de-escalation
+sits: docs/model.md.
 """
 
 from __future__ import annotations
@@ -29,7 +14,7 @@ from torch import Tensor, nn
 
 from rankcollapse.plan.specs import ModelConfig
 
-# The named variants of DESIGN.md; the workflow config carries the same presets.
+# The named variants (docs/model.md); the workflow config carries the same presets.
 PRESETS: dict[str, dict] = {
     "san": dict(skip=False, mlp=False, norm="none"),  # pure self-attention
     "san_skip": dict(skip=True, mlp=False, norm="none"),

@@ -1,37 +1,6 @@
-"""Ensembles: K networks of one architecture trained as one batched model.
-
-Every training experiment here trains many small networks of the same shape that differ only in
-seed and optimiser settings. Trained one per process, each step is a few hundred tiny kernels
-and their Python overhead; stacked, the same step does K times the arithmetic for about the
-same overhead. `model.py` stays the one definition of the architecture: an `Ensemble` holds
-the K members' weights stacked along a leading member dimension and runs the unmodified
-`TaskModel.forward` on them with `torch.func` (`functional_call` inside `vmap`).
-
-    members = [Member(seed, TrainConfig(lr=lr, ...)) for seed, lr in ...]
-    ensemble = Ensemble([new_model(spec, variant, options, m.seed) for m in members])
-    results = train_ensemble(ensemble, data, members, checkpoint="ckpt.pt")
-
-Each member is the run `train.train` would make alone: its initial weights come from its seed,
-its batches from a generator seeded the same way, its optimiser is AdamW with its own learning
-rate, warm-up and weight decay (linear warm-up, cosine decay), its gradient norm is clipped on
-its own, and its history has the same columns. Only floating-point rounding differs (batched
-matrix products and unfused attention sum in another order); tests/test_ensemble.py bounds it.
-A member whose loss or gradient norm is not finite is recorded as diverged at that step and
-frozen with its last finite weights; the others go on unchanged.
-
-Layout: all parameters of all members live in one (K, P) buffer, and each parameter the model
-sees is a (K, *shape) view of it, so one gradient with respect to the buffer is every member's.
-AdamW and clipping are then a handful of operations on (K, P) tensors with per-member (K, 1)
-learning rates, whatever the depth. The step itself (`rankcollapse.training.step`) runs on the
-device
-without host synchronisation between evaluations and checkpoints, eagerly, captured in a CUDA
-graph, or compiled (`train.engine`), in a recorded precision (`train.precision`).
-
-Attention: `scaled_dot_product_attention` picks a fused CPU kernel that has no vmap batching
-rule (vmap would fall back to a slow loop over members, with a warning). Inside the ensemble the
-math backend is selected (`sdpa_kernel(SDPBackend.MATH)`): the same function, decomposed into
-matmul and softmax, which batch. model.py is unchanged and single runs keep the fused kernel.
-On a GPU, `train.attention: fused` lets the fused kernels run, members folded into their batch.
+"""Ensembles: K networks of one architecture trained as one batched model (`torch.func` over the
+unmodified `TaskModel`), so that many small runs cost about one run's overhead; each member ends
+where `train.train` would end it alone, to rounding. Design: docs/training.md.
 """
 
 from __future__ import annotations
@@ -158,8 +127,9 @@ class Ensemble:
         self.base = copy.deepcopy(models[0]).to("meta")
         self.flat = torch.cat([params[n].detach().reshape(len(models), -1)
                                for n in self.names], 1).contiguous()
-        # Attention backends under vmap: the fused CPU kernel has no batching rule (see the
-        # module docstring); rankcollapse.training.step may allow the fused GPU kernels.
+        # Attention backends under vmap: the fused CPU kernel has no batching rule
+        # (docs/training.md, "Ensembles"); rankcollapse.training.step may allow the fused GPU
+        # kernels.
         self.attention = [SDPBackend.MATH]
         self.finals: list[dict[str, Tensor]] = []  # every member's weights after training
 

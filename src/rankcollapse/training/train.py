@@ -1,14 +1,6 @@
-"""Training: a plain loop with checkpoint/resume, divergence detection and a history table.
-
-    model = new_model(data.spec, variant, model_options, seed)
-    result = train(model, data, TrainConfig(...), seed, checkpoint="ckpt.pt")
-
-AdamW, linear warm-up then cosine decay (or a constant rate), gradient-norm clipping; batches
-drawn by a generator seeded from `seed`. Every `checkpoint_every` steps the model, optimiser,
-scheduler, history and all RNG states are written atomically; a restarted job resumes from
-there and, on the same device and thread count, ends bit-identical to an uninterrupted run. A
-non-finite loss or gradient norm stops training and is recorded as `diverged` with its step: a
-result, not a crash.
+"""Training: the single-run reference loop (checkpoint/resume, divergence detection, a history
+table), the workflow's single-run job, and the one loader of checkpoints and saved models. The
+ensemble engine matches it member by member; how: docs/training.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""External reference figures: what the authors' original code gives, run outside this project.
-
-A reference is a tracked YAML file under workflow/references/ (one per source), written by hand
-from runs of another code base in a scratch folder: its provenance (`source`: repository and
-commit; `machine`; `adaptations` made to run it on a current torch) and one entry per run
-(`runs`: id, experiment, task or setup, settings, `settings_match` — `ours` when run at our
-default config's settings, `theirs` at the original's —, the command, wall time, results). Their
-code never enters the project; their figures do, and the claims registry's diagnostics cite them.
-
-This module reads such a file into the structures our claim functions use, so that a statistic
-of a reference run is computed by the same code as ours:
-
-- E2 (`d21_original.yaml`, run_sort.py / run_convex_hull.py): per trained network the numbers of
-  `claims.e2.network_summary` (full accuracy, majority rate, best sampled short path, sampled
-  path through every layer, 20 paths summed);
-- E3 (run_circle.py): per trained layer (setup, width, seed) its time to collapse, as
-  `claims.e3.layer_times` computes it (the upper median over its start pairs; a roll-out that does
-  not collapse counts as its length + 1).
+"""External reference figures: what the authors' original code gives, run outside this project
+(workflow/references/*.yaml), read into the structures our claim functions use so that a
+reference run's statistic is computed by the same code as ours. The file format:
+docs/claims.md.
 """
 
 from __future__ import annotations

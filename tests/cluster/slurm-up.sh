@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a real one-node SLURM cluster on this machine, for tests (see ../../README.md, Cluster).
+# Start a real one-node SLURM cluster on this machine, for tests (see ../../docs/gpu-and-cluster.md, Cluster).
 #   tests/cluster/slurm-up.sh [DIR]      (DIR defaults to /tmp/rankcollapse-slurm)
 # Installs Debian's slurm-wlm and munge when missing (needs root), writes slurm.conf and a
 # gres.conf declaring two fake GPUs (dummy device files) into DIR, starts munged, slurmctld and

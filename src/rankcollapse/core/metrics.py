@@ -1,8 +1,5 @@
-"""Collapse metrics: pure functions of tensors.
-
-A sequence is X in R^{n x d} (rows are tokens); every function takes a batch (..., n, d) and returns
-one value per sequence, shape (...). Pi_1 = (1/n) 1 1^T projects onto span{1}, the "all tokens
-equal" direction that row-stochastic attention leaves invariant.
+"""Collapse metrics: pure functions of tensors. A batch of sequences (..., n, d), rows being
+tokens, gives one value per sequence (...). Conventions: docs/model.md.
 """
 
 from __future__ import annotations

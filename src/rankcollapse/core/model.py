@@ -1,21 +1,6 @@
-"""One readable transformer whose architecture is set by orthogonal switches.
-
-Every ablation studied here is a switch of `ModelConfig`, resolved once in `__init__` to either a
-real module or `nn.Identity`, so that `Block.forward` stays a few readable lines:
-
-    h, attn = self.attn(self.attn_in(x), capture)   # pre-LN or Identity, then attention
-    x = self.attn_out(self.skip * x + self.scale * h)  # residual (skip 1) or not (0); post-LN
-    x = self.centre_out(x)                          # de-escalation after the post-LN, or Identity
-    x = self.ffn(x)                                 # the same wiring around an MLP, or Identity
-
-De-escalation (Yu & Zhang) removes tau x the token mean. Where it sits is a switch:
-`deescalate_at="branch"` (the default) centres the attention output before the residual add;
-`"output"` centres the sublayer's output after the post-LN; `deescalate_mlp` does the same to
-the MLP sublayer. With causal attention (a language model) every "token mean" is the prefix
-mean of tokens 1..i, so that no token sees its future.
-
-Named variants (`san`, `post_ln`, ...) are presets of these switches; they live in the workflow
-config (workflow/config/*.yaml), and `PRESETS` below holds the same set for library users.
+"""One readable transformer whose architecture is set by orthogonal switches (`ModelConfig`),
+and `PRESETS`, the named variants. Why switches, how a block is wired and where de-escalation
+sits: docs/model.md.
 """
 
 from __future__ import annotations
@@ -27,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from rankcollapse.plan.specs import PRESETS, ModelConfig, Norm, Placement  # noqa: F401 - re-exported, defined without torch
+# The named variants (docs/model.md) are presets of these switches, defined without torch.
+from rankcollapse.plan.specs import PRESETS, ModelConfig  # noqa: F401 - PRESETS re-exported
 
 
 def token_mean(x: Tensor, causal: bool = False) -> Tensor:

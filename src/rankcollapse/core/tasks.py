@@ -1,12 +1,5 @@
-"""Training tasks: seeded, offline, with fixed train/test splits.
-
-Every task is a `TaskData`: input tensors, integer labels and what the model around the
-transformer stack needs to know (`TaskSpec`: how inputs are embedded, how many tokens, how many
-classes, whether one label per sequence or one per token). The split is fixed by the task's own
-`data_seed`, never by the training seed, so every model of a grid sees the same examples.
-
-Adding a task (memorisation, convex hull, ...) means one function `name(**options) -> TaskData`
-and one line in `TASKS`.
+"""Training tasks: seeded, offline, with fixed train/test splits (`TaskData`, `TaskSpec`, `TASKS`),
+so that every model of a grid sees the same examples. Adding a task: docs/model.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
-"""E3: one attention layer applied recurrently to 2-D points on a circle (Dong et al. 2021, §4).
-
-The original set-up (twistedcubic/attention-rank-collapse, run_circle.py): `points` points lie in
-order on a circle of radius `radius`; sample i is the pair of tokens (p_i, p_{i+m}), m = points/2
-- 1, so the two tokens sit on opposite arcs, and its target is the next pair (p_{i+1},
-p_{i+m+1}); the m pairs are the whole data set. The model maps a pair to the predicted next
-pair: Linear(2 -> d) + LayerNorm (no positions), one post-LN transformer layer with biases (its
-own residual and LayerNorm kept in every variant, as the original code does), optionally a
-post-LN MLP of hidden width d, Linear(d -> 2). "skip" is a residual in the recurrence,
-x_{t+1} = x_t + f(x_t); without it x_{t+1} = f(x_t). Initialisation as the original's BERT
-code: N(0, 0.02) for every Linear but the attention's value and output maps (Kaiming-uniform).
-Trained with MSE by Adam at a constant rate, then rolled out from start pairs for many steps.
-Where this differs from the original code: no dropout (theirs 0.1); the mean squared error
-(theirs summed, the same for Adam but for its epsilon); random batches (theirs in order); and
-"skip" trained as the residual recurrence it is rolled out as (their training adds the previous
-batch's inputs to the current ones, and their figure plots f(x_t) rather than x_{t+1}).
-
-Setups (`SETUPS`): "ln*" is that original protocol; ours, "attn*", is truly attention-only (no
-internal residual, no LayerNorm anywhere, no MLP, our unit-gain initialisation), so only the
-recurrence's skip remains.
-
-Collapse (`collapse_steps`), as the paper's trajectory figure shows it: the two tokens'
-trajectories meet in one point and stay there (the pair's distance falls below COLLAPSE_FRACTION
-of the data's pair distance 2r for good), or the trajectory shrinks to a point (each token stays
-that close to where it ends, for longer than moving at the data's speed would allow).
+"""E3: one attention layer applied recurrently to 2-D points on a circle (Dong et al. 2021, §4):
+the original set-up, our attention-only setups (`SETUPS`) and the collapse test. The set-up, where
+it differs from the original code and what counts as collapse: docs/experiments.md.
 """
 
 from __future__ import annotations

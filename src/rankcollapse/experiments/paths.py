@@ -1,28 +1,6 @@
-"""Path-length decomposition of trained attention networks (Dong, Cordonnier & Loukas 2021, §4).
-
-A network of attention layers with skip connections is an ensemble of paths: each path passes
-through a subset of the layers (the identity elsewhere), one head in each, and its length is the
-number of layers it passes through; a depth-L net with H heads has C(L, k) H^k paths of length k.
-Two ways to measure what paths of each length carry:
-
-- `sampled_path_accuracy` (the original code's protocol, on any `path_network`): a path of
-  length k is k random layers, one random head each (`sample_path`); the active layers run
-  without their residual and, in a post-LN network, with a LayerNorm that has no learned gain or
-  bias (the original's "no sub-path" switch), attention recomputed on the path's own input
-  (`path_forward`). A few sampled paths are summed and classified; mean and std over repeats.
-  This works on Dong et al.'s own network (post-LN, biases, no MLP: `san_skip_ln_bias`) as on
-  an LN-free one.
-- `path_sums` (ours, exact): for an LN-free, bias-free san_skip network, once the attention
-  matrices of a forward pass are fixed the stack is linear in its input and one block maps
-  x -> x + c * sum_h A_h x V_h O_h (A_h the head's attention matrix (n, n), V_h (d, d_h) and O_h
-  (d_h, d) its value and output maps, c the branch factor), so its output is exactly the sum of
-  the contributions P_k of all paths of each length k = 0..L, computed by a dynamic programme
-  over layers, P_k^(l) = P_k^(l-1) + c sum_h A_h^l P_{k-1}^(l-1) V_h O_h: O(L^2) maps instead of
-  the 2^L subsets (times H^k head choices) of `enumerate_paths`. The caveat: the attention
-  matrices are those of the full forward pass, not recomputed on each path.
-
-Accuracy of a set of paths = the task read-out (final LayerNorm + linear head) applied to the
-sum of their outputs.
+"""E2: path-length decomposition of trained attention networks (Dong, Cordonnier & Loukas 2021,
+§4): the original sampled-path protocol (`sampled_path_accuracy`) and our exact path sums
+(`path_sums`). How each works and its caveat: docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -305,7 +283,9 @@ def measure_job(model_path, eval_size: int, samples, repeats: int,
                 threads: int = 1) -> pd.DataFrame:
     """Path accuracies of one trained checkpoint (a model.pt of train.run_job) on its first
     `eval_size` test examples, with the run's identity and final accuracy (`measure_saved`)."""
-    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    from rankcollapse.training.train import load_saved
+
+    saved = load_saved(model_path)
     return measure_saved(saved, eval_size, samples, repeats, threads)
 
 

@@ -1,25 +1,6 @@
-"""Experiment E1b: real architectures (BERT, ALBERT, XLNet) and their path ablations.
-
-Dong, Cordonnier & Loukas (2021), Fig. 2: the relative residual of every layer of BERT-base,
-ALBERT-base and XLNet-base, pretrained and at random initialisation, with the attention skip
-and the feed-forward block removed or kept:
-
-    san        no attention skip (its LayerNorm kept), no feed-forward block
-    san_mlp    no attention skip, feed-forward block kept (with its own residual and LayerNorm)
-    san_skip   attention skip kept, no feed-forward block
-    transformer  the unmodified model
-
-Models are built from explicit base-size configurations with Hugging Face `transformers`, so
-nothing is downloaded (a local checkpoint directory can be given for pretrained weights).
-"Removing the feed-forward block" drops the whole sublayer (its residual and LayerNorm too), as
-in the original code for BERT and XLNet; "removing the skip" keeps the LayerNorm: LN(h + a)
-becomes LN(a).
-
-The models, the ablations and the per-layer measurement are the probe's (rankcollapse.probe,
-also behind `rankcollapse probe`); this module holds what is E1b's own: its models and
-ablations, its inputs (random ids and scikit-learn's texts) and its table. Rules
-workflow/rules/realarch.smk, notebook notebooks/src/01b_real_architectures.py, claims
-claims/e1b.py, config block `realarch`.
+"""E1b: real architectures (BERT, ALBERT, XLNet) and their path ablations (Dong et al. 2021,
+Fig. 2), on the probe's models and ablations; this module holds E1b's own inputs and table.
+The ablations and where the code lives: docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -36,10 +17,6 @@ from rankcollapse.plan.specs import package_text
 from rankcollapse.probe import (  # noqa: F401 - E1b's names for the probe's parts
     FIRST_ID,
     AlbertAttentionAblated,
-    AlbertLayerAttentionOnly,
-    BertSelfOutputAblated,
-    FeedForwardRemoved,
-    XLNetAttentionAblated,
     base_config,
 )
 

@@ -17,9 +17,9 @@ import jsonschema
 import yaml
 
 from rankcollapse.plan import checks, experiments
+from rankcollapse.plan.data_checks import data_problems
 from rankcollapse.plan.specs import with_presets
 from rankcollapse.plan.training import groups
-from rankcollapse.plan.data_checks import data_problems
 
 
 class ConfigError(ValueError):

@@ -1,37 +1,6 @@
-"""Ensembles: K networks of one architecture trained as one batched model.
-
-Every training experiment here trains many small networks of the same shape that differ only in
-seed and optimiser settings. Trained one per process, each step is a few hundred tiny kernels
-and their Python overhead; stacked, the same step does K times the arithmetic for about the
-same overhead. `model.py` stays the one definition of the architecture: an `Ensemble` holds
-the K members' weights stacked along a leading member dimension and runs the unmodified
-`TaskModel.forward` on them with `torch.func` (`functional_call` inside `vmap`).
-
-    members = [Member(seed, TrainConfig(lr=lr, ...)) for seed, lr in ...]
-    ensemble = Ensemble([new_model(spec, variant, options, m.seed) for m in members])
-    results = train_ensemble(ensemble, data, members, checkpoint="ckpt.pt")
-
-Each member is the run `train.train` would make alone: its initial weights come from its seed,
-its batches from a generator seeded the same way, its optimiser is AdamW with its own learning
-rate, warm-up and weight decay (linear warm-up, cosine decay), its gradient norm is clipped on
-its own, and its history has the same columns. Only floating-point rounding differs (batched
-matrix products and unfused attention sum in another order); tests/test_ensemble.py bounds it.
-A member whose loss or gradient norm is not finite is recorded as diverged at that step and
-frozen with its last finite weights; the others go on unchanged.
-
-Layout: all parameters of all members live in one (K, P) buffer, and each parameter the model
-sees is a (K, *shape) view of it, so one gradient with respect to the buffer is every member's.
-AdamW and clipping are then a handful of operations on (K, P) tensors with per-member (K, 1)
-learning rates, whatever the depth. The step itself (`rankcollapse.training.step`) runs on the
-device
-without host synchronisation between evaluations and checkpoints, eagerly, captured in a CUDA
-graph, or compiled (`train.engine`), in a recorded precision (`train.precision`).
-
-Attention: `scaled_dot_product_attention` picks a fused CPU kernel that has no vmap batching
-rule (vmap would fall back to a slow loop over members, with a warning). Inside the ensemble the
-math backend is selected (`sdpa_kernel(SDPBackend.MATH)`): the same function, decomposed into
-matmul and softmax, which batch. model.py is unchanged and single runs keep the fused kernel.
-On a GPU, `train.attention: fused` lets the fused kernels run, members folded into their batch.
+"""Ensembles: K networks of one architecture trained as one batched model (`torch.func` over the
+unmodified `TaskModel`), so that many small runs cost about one run's overhead; each member ends
+where `train.train` would end it alone, to rounding. Design: docs/training.md.
 """
 
 from __future__ import annotations
@@ -58,19 +27,20 @@ from rankcollapse.plan.specs import MEMBER_FIELDS
 from rankcollapse.training.step import (
     DeviceStep,
     autocast,
-    clip_per_member,
     effective_precision,
     matmul_precision,
 )
 from rankcollapse.training.train import (
     TrainConfig,
     TrainResult,
+    load_checkpoint,
+    load_saved,
     loss_and_correct,
     new_model,
     schedule,
 )
 
-__all__ = ["Ensemble", "Member", "clip_per_member", "evaluate_members", "train_ensemble"]
+__all__ = ["Ensemble", "Member", "evaluate_members", "train_ensemble"]
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +127,9 @@ class Ensemble:
         self.base = copy.deepcopy(models[0]).to("meta")
         self.flat = torch.cat([params[n].detach().reshape(len(models), -1)
                                for n in self.names], 1).contiguous()
-        # Attention backends under vmap: the fused CPU kernel has no batching rule (see the
-        # module docstring); rankcollapse.training.step may allow the fused GPU kernels.
+        # Attention backends under vmap: the fused CPU kernel has no batching rule
+        # (docs/training.md, "Ensembles"); rankcollapse.training.step may allow the fused GPU
+        # kernels.
         self.attention = [SDPBackend.MATH]
         self.finals: list[dict[str, Tensor]] = []  # every member's weights after training
 
@@ -265,22 +236,6 @@ CHECKPOINT_KEYS = {"fingerprint", "step", "active", "diverged_at", "flat", "exp_
                    "exp_avg_sq", "losses", "norms", "evaluations"}
 
 
-def load_checkpoint(path: str | Path, device) -> dict | None:
-    """The ensemble checkpoint's state, or None if there is none or it cannot be read (a
-    damaged file is logged and never trained on: training starts from scratch)."""
-    if not Path(path).exists():
-        return None
-    try:
-        state = io.load_checked(path, map_location=device)
-        if not isinstance(state, dict) or not CHECKPOINT_KEYS <= set(state):
-            raise ValueError("not an ensemble checkpoint")
-        return state
-    except Exception as err:  # noqa: BLE001 - any unreadable checkpoint means: start over
-        log.warning("ignoring damaged checkpoint %s (%s: %s); training from scratch", path,
-                    type(err).__name__, err)
-        return None
-
-
 def windows(start: int, cfg: TrainConfig) -> list[int]:
     """The steps after which the host looks at the run: every evaluation and checkpoint step,
     and the last; a window is the run of steps from one of them to the next."""
@@ -322,7 +277,8 @@ def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member]
     evaluations = np.full((cfg.steps, k, 2), np.nan)  # (step, member, [test loss, accuracy])
     start = 0
 
-    state = load_checkpoint(checkpoint, device) if checkpoint is not None else None
+    state = (load_checkpoint(checkpoint, device, CHECKPOINT_KEYS, "an ensemble checkpoint")
+             if checkpoint is not None else None)
     if state is not None and state["fingerprint"] != fingerprint:
         log.warning("ignoring %s: it was written with other settings", checkpoint)
     elif state is not None:
@@ -469,7 +425,7 @@ def write_members(team: Sequence[Member], results: Sequence[TrainResult], finals
 def load_members(ensemble_path: str | Path) -> list[dict]:
     """The members of a trained ensemble file, each a dict as train.run_job's model.pt holds
     (model, settings, spec, final, fingerprint)."""
-    return torch.load(ensemble_path, map_location="cpu", weights_only=False)["members"]
+    return load_saved(ensemble_path)["members"]
 
 
 @torch.no_grad()

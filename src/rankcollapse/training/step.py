@@ -1,37 +1,6 @@
 """The ensemble's training step on the device: one static-shape step, run eagerly, captured once
-in a CUDA graph and replayed, or compiled with `torch.compile`.
-
-`ensemble.train_ensemble` drives a `DeviceStep` window by window; a window is the run of steps
-between two evaluations or checkpoints. Inside a window nothing goes back to the host:
-
-- the batch indices of the whole window are drawn on the host by each member's own generator
-  (exactly the draws `train.train` makes, step after step) and copied to the device once;
-- learning rates and AdamW's bias corrections are tables over all steps, computed once in
-  Python floats exactly as `torch.optim.AdamW` and `LambdaLR` compute them;
-- each step's losses and gradient norms are written into device tensors (copied to the host at
-  the window's end), and so is its divergence test: a member whose loss or gradient norm is not
-  finite is *frozen by a mask*. Its weights stay those before that step (its last finite ones),
-  its step is recorded, and the others go on unchanged. Shapes never change, so one captured
-  graph serves the whole run, and a frozen member costs its share of arithmetic, nothing else.
-
-The step's arithmetic is that of the eager ensemble it replaces (forward and backward of
-`Ensemble.losses`, per-member gradient clipping, AdamW with per-member learning rate and weight
-decay), so on the CPU its numbers are the same bit for bit. Engines (`train.engine`):
-
-    eager    the step as Python calls (the CPU's default)
-    graph    the step captured in one torch.cuda.CUDAGraph and replayed (the GPU's default);
-             on a CPU it runs eagerly
-    compile  Ensemble.losses compiled by torch.compile (fusion); on a GPU also captured
-    auto     graph on a GPU, eager on a CPU
-
-Precision (`train.precision`) is a recorded choice: `float32` (the default), `tf32` (float32
-storage, TensorFloat-32 matrix products on a GPU; the CPU has none and computes in float32) or
-`bf16` (bfloat16 autocast of the forward pass, float32 weights, gradients and optimiser).
-Attention (`train.attention`): `math`, the decomposed softmax(QKᵀ)V that batches over members
-on every device (bit-reproducible), or `fused`: on a GPU, `scaled_dot_product_attention`'s fused
-kernels, which functorch's batching rules run with the member dimension folded into the batch
-(members × batch × heads in one launch); on a CPU the fused kernel has no batching rule and the
-math backend is kept.
+in a CUDA graph and replayed, or compiled with `torch.compile`, with no host synchronisation
+inside an evaluation window. Engines, precision, attention: docs/training.md.
 """
 
 from __future__ import annotations
@@ -48,7 +17,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
-from rankcollapse.plan.specs import ATTENTION, ENGINES, PRECISIONS  # noqa: F401 - re-exported
+from rankcollapse.plan.specs import ATTENTION, ENGINES, PRECISIONS
 from rankcollapse.runtime import inductor_deterministic
 
 log = logging.getLogger(__name__)

@@ -1,14 +1,6 @@
-"""Training: a plain loop with checkpoint/resume, divergence detection and a history table.
-
-    model = new_model(data.spec, variant, model_options, seed)
-    result = train(model, data, TrainConfig(...), seed, checkpoint="ckpt.pt")
-
-AdamW, linear warm-up then cosine decay (or a constant rate), gradient-norm clipping; batches
-drawn by a generator seeded from `seed`. Every `checkpoint_every` steps the model, optimiser,
-scheduler, history and all RNG states are written atomically; a restarted job resumes from
-there and, on the same device and thread count, ends bit-identical to an uninterrupted run. A
-non-finite loss or gradient norm stops training and is recorded as `diverged` with its step: a
-result, not a crash.
+"""Training: the single-run reference loop (checkpoint/resume, divergence detection, a history
+table), the workflow's single-run job, and the one loader of checkpoints and saved models. The
+ensemble engine matches it member by member; how: docs/training.md.
 """
 
 from __future__ import annotations
@@ -29,7 +21,7 @@ from rankcollapse import io, runtime
 from rankcollapse.core.metrics import layer_metrics, token_similarity
 from rankcollapse.core.model import TaskModel, build_task_model
 from rankcollapse.core.tasks import TaskData, TaskSpec, make_task
-from rankcollapse.plan.specs import SCHEDULES, TrainConfig  # noqa: F401 - re-exported, defined without torch
+from rankcollapse.plan.specs import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -109,23 +101,37 @@ def _set_rng_states(gen: torch.Generator, states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def _load_checkpoint(path: str | Path, device) -> dict | None:
-    """The checkpoint's state, or None if there is none or it cannot be read.
+CHECKPOINT_KEYS = {"step", "model", "optimiser"}
 
-    A truncated or garbled file (the SHA-256 header of io.save_checked) is never trained on:
-    the job logs a warning and starts from scratch, and the next checkpoint replaces the file.
+
+def load_checkpoint(path: str | Path, device, keys=CHECKPOINT_KEYS,
+                    what: str = "a training checkpoint") -> dict | None:
+    """The checkpoint's state, or None if there is none or it cannot be read. The one loader
+    of resume checkpoints: `train` reads its own (CHECKPOINT_KEYS), `train_ensemble` an
+    ensemble's (`ensemble.CHECKPOINT_KEYS`).
+
+    A truncated or garbled file (the SHA-256 header of io.save_checked), or one that lacks any
+    of `keys`, is never trained on: the job logs a warning and starts from scratch, and the
+    next checkpoint replaces the file.
     """
     if not Path(path).exists():
         return None
     try:
         state = io.load_checked(path, map_location=device)
-        if not isinstance(state, dict) or not {"step", "model", "optimiser"} <= set(state):
-            raise ValueError("not a training checkpoint")
+        if not isinstance(state, dict) or not set(keys) <= set(state):
+            raise ValueError(f"not {what}")
         return state
     except Exception as err:  # noqa: BLE001 - any unreadable checkpoint means: start over
         log.warning("ignoring damaged checkpoint %s (%s: %s); training from scratch", path,
                     type(err).__name__, err)
         return None
+
+
+def load_saved(path: str | Path) -> dict:
+    """A trained model file as the workflow writes it, on the CPU: run_job's model.pt
+    (weights, settings, spec, final, fingerprint) or ensemble.run_job's ensemble.pt
+    ({"members": [one such dict per member], "fingerprint"}). The one reader of both."""
+    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
@@ -143,7 +149,7 @@ def train(model: TaskModel, data: TaskData, cfg: TrainConfig, seed: int,
     rows: list[dict] = []
     start, diverged_step = 0, None
 
-    state = _load_checkpoint(checkpoint, device) if checkpoint is not None else None
+    state = load_checkpoint(checkpoint, device) if checkpoint is not None else None
     if state is not None:
         if state.get("fingerprint") == fingerprint:
             model.load_state_dict(state["model"])
@@ -261,7 +267,7 @@ def measure_job(model_path: str | Path, eval_size: int, device: str = "cpu",
     test_accuracy, diverged, diverged_step). A diverged model has non-finite weights: its
     trained rows carry NaN metrics.
     """
-    saved = torch.load(model_path, map_location="cpu", weights_only=False)
+    saved = load_saved(model_path)
     settings = saved["settings"]
     runtime.setup(threads, settings["seed"])
     dev = runtime.job_device(device)

@@ -1,29 +1,6 @@
-"""Per-arm tuning: choose each architecture's optimiser settings on a validation split, then
-train fresh seeds at the chosen setting (E5).
-
-One arm per (task, variant, depth), trained as ensembles (`rankcollapse.training.ensemble`); a
-workflow job tunes one arm, or several shallow arms of one (task, variant) one after another
-(`run_tuned_arms`, `depth_grid.merge_depths_up_to`):
-
-1. the **sweep**: every setting of the grid (lr x warmup x weight_decay) on the tuning seed(s),
-   evaluated on the validation split carved from the training set (`TaskData.x_val`). With
-   `depth_grid.tuning: grid` every setting trains the full budget (one rung). With `halving`
-   (successive halving, rate eta over `rungs` rungs) rung r trains every remaining setting for
-   steps / eta^(rungs - 1 - r) steps (its warm-up shortened in proportion), and the best
-   1/eta of them (rounded up) on validation go on to the next rung; the last rung trains the full
-   budget. Halving with one rung is the grid;
-2. the **selection**: the setting with the best mean over tuning seeds of the validation
-   metric (at the last rung): accuracy for classification, cross-entropy (bits per character)
-   for language modelling. A diverged member counts as the worst value; ties go to the lower
-   loss, then the smaller learning rate (`rank`);
-3. the **final** ensemble: `final_seeds` fresh seeds (never a tuning seed) at that setting,
-   trained for the full budget and evaluated on the test split, as every other training job is.
-
-Outputs: the final members as `ensemble.run_job` writes them (so `ensemble.measure_job` reads
-them unchanged), their histories, and one table row per member of every ensemble with its role
-(`sweep` or `final`), its rung and that rung's steps, its validation and test numbers, whether
-its setting was selected (in the sweep: at the rung that selected it), the tuning method and
-how it was trained (precision, engine, attention).
+"""Per-arm tuning (E5): choose each architecture's optimiser settings on a validation split (a
+sweep, by grid or successive halving), then train fresh seeds at the chosen setting. The
+protocol and its outputs: docs/training.md.
 """
 
 from __future__ import annotations
@@ -56,11 +33,10 @@ from rankcollapse.training.ensemble import (
     write_metrics,
 )
 from rankcollapse.training.step import autocast
-from rankcollapse.training.train import new_model
+from rankcollapse.training.train import load_saved, new_model
 
 log = logging.getLogger(__name__)
 
-ROLES = ("sweep", "final")
 # What a finished arm of run_tuned_arms leaves in its folder.
 ARM_FILES = ("ensemble.pt", "history.parquet", "tuning.parquet", "metrics.parquet")
 TUNING_COLUMNS = ["role", "seed", "peak_lr", "warmup", "weight_decay", "selected", "diverged",
@@ -158,7 +134,7 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
                   history_path: str | Path, tuning_path: str | Path, device: str = "cpu",
                   threads: int = 1, extra_columns: dict | None = None,
                   tuning: dict | None = None, memory: dict | None = None) -> dict:
-    """One tuned job of the workflow (see the module docstring). train_options: the shared
+    """One tuned job of the workflow (the protocol: docs/training.md). train_options: the shared
     TrainConfig fields; sweep: {lr, warmup, weight_decay}, each a number or a list; tuning:
     {method: grid | halving, eta, rungs} (default: the grid); memory: {member_mb, budget_mb,
     gpu_mb} (tunedplan.tuned_memory): an ensemble larger than budget_mb trains in parts, one
@@ -312,8 +288,7 @@ def run_tuned_arms(arms: Sequence[dict], ensemble_path: str | Path, history_path
         for name, path in zip(ARM_FILES, paths, strict=True):
             (folders[0] / name).replace(path)
     else:
-        saved = [torch.load(f / "ensemble.pt", map_location="cpu", weights_only=False)
-                 for f in folders]
+        saved = [load_saved(f / "ensemble.pt") for f in folders]
         members = [m for s in saved for m in s["members"]]
         fingerprint = io.config_hash([s["fingerprint"] for s in saved])
         io.atomic_write(ensemble_path, lambda tmp: torch.save(

@@ -10,7 +10,13 @@ import pytest
 import yaml
 from snakemake.utils import update_config, validate
 
-from rankcollapse.plan.config import ConfigError, check_config, check_schema, load_schema
+from rankcollapse.plan.config import (
+    ConfigError,
+    check_config,
+    check_schema,
+    load_schema,
+    with_presets_applied,
+)
 
 from conftest import copy_project, run_snakemake
 
@@ -27,6 +33,7 @@ def merged(*overrides: dict) -> dict:
     config = copy.deepcopy(DEFAULT)
     for override in overrides:
         update_config(config, copy.deepcopy(override))
+    config = with_presets_applied(config)
     check_schema(config, SCHEMA)
     validate(config, str(SCHEMA_PATH))
     return config

@@ -1,0 +1,126 @@
+"""The package's shape: the parse-time layer (plan/) imports neither torch nor pandas, no module
+imports itself back through others, and the experiment registry agrees with everything that
+names experiments (schema, claims registry, notebooks, rules, Snakefile, claims modules)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rankcollapse.claims import REGISTRY_PATH, load_registry
+from rankcollapse.plan import experiments
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src/rankcollapse"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_the_parse_time_layer_imports_neither_torch_nor_pandas():
+    """Every module of rankcollapse.plan imports with torch and pandas made unimportable: Snakemake
+    imports this layer while it parses the workflow, in every process (each SLURM job too)."""
+    plan = sorted(m for m in MODULES if m.startswith("rankcollapse.plan"))
+    assert "rankcollapse.plan.experiments" in plan and "rankcollapse.plan.config" in plan
+    code = ("import sys\n"
+            "for blocked in ('torch', 'pandas'):\n"
+            "    sys.modules[blocked] = None  # `import torch` now raises ImportError\n"
+            f"for name in {plan!r}:\n"
+            "    __import__(name)\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def module_imports(name: str, path: Path) -> set[str]:
+    """The rankcollapse modules that `name` imports when it is imported (top-level statements,
+    not imports inside functions): `from a import b` counts a.b when that is a module, else a."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+def test_no_module_imports_itself_back():
+    """The module-level import graph of the package has no cycle (a package's face counts as a
+    module: a submodule that imports its own face, which imports it, is a circle too)."""
+    graph = {name: module_imports(name, path) for name, path in MODULES.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                pytest.fail("import circle: " + " -> ".join(trail[trail.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_the_schema_allows_exactly_the_registered_experiments():
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    enum = schema["properties"]["report"]["properties"]["experiments"]["items"]["enum"]
+    assert enum == list(experiments.IDS)
+
+
+@pytest.mark.parametrize("record", experiments.REGISTRY.values(), ids=list(experiments.IDS))
+def test_every_record_names_files_and_modules_that_exist(record):
+    assert (ROOT / record.notebook).is_file()
+    assert (ROOT / record.notebook.replace("notebooks/", "notebooks/src/").replace(
+        ".ipynb", ".py")).is_file()
+    assert (ROOT / record.rules).is_file()
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert f'include: "{record.rules}"' in snakefile
+    for path in record.files.values():
+        assert (ROOT / path).is_file(), path
+    for block in (*record.blocks, *record.settings):
+        assert block in yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text()) or \
+            block in yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())[
+                "properties"], block
+    for module in (*record.library, record.claims):
+        assert module in MODULES, module
+    claims = importlib.import_module(record.claims)
+    registered = {cid for cid, s in load_registry(REGISTRY_PATH).items()
+                  if s.experiment == record.id}
+    assert set(claims.IDS) == registered
+
+
+def test_every_collected_table_has_its_rule_and_benchmark_records():
+    """Each table a record reads is an output of its rules file, and the rules' helpers register
+    the wall-time records of the jobs that make it (the report's provenance)."""
+    config = {"report": {"experiments": list(experiments.IDS)}}
+    helpers = "".join(p.read_text() for p in (ROOT / "workflow/rules/common").glob("*.smk"))
+    rules = {r.rules: (ROOT / r.rules).read_text() for r in experiments.REGISTRY.values()}
+    for record in experiments.REGISTRY.values():
+        for table in record.tables(config).values():
+            stem = Path(table).stem
+            made_by = [f for f, text in rules.items() if stem in text or "E6_{table}" in text
+                       and stem.startswith("E6_") or "E5_" in stem and "E5_metrics" in text
+                       or "{experiment}_{kind}" in text and stem.startswith("E4_")]
+            assert made_by, f"{record.id}: no rules file makes {table}"
+        assert "BENCHMARKS[" in helpers

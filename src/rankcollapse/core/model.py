@@ -29,6 +29,9 @@ from torch import Tensor, nn
 
 from rankcollapse.plan.specs import ModelConfig, Norm, Placement  # noqa: F401 - re-exported, defined without torch
 
+# The forward passes' precisions by name (config values, the probe's --dtype).
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
 # The named variants of DESIGN.md; the workflow config carries the same presets.
 PRESETS: dict[str, dict] = {
     "san": dict(skip=False, mlp=False, norm="none"),  # pure self-attention

@@ -166,22 +166,28 @@ def check_config(config: dict) -> None:
 
 def _realarch_problems(realarch: dict) -> list[str]:
     """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type
-    (what save_pretrained writes), for a model that the run measures. Checked here, when the
-    workflow is planned, rather than inside the job that would load it."""
-    from rankcollapse.plan.specs import ProbeError, checkpoint_config
+    and the weights the loader will read (what save_pretrained writes), for a model that the run
+    measures. Checked here, when the workflow is planned, rather than inside the job that would
+    load it."""
+    from rankcollapse.probe.spec import ProbeError, checkpoint_config, weight_files
 
     problems = []
     models = realarch.get("models", [])
     for model, path in (realarch.get("checkpoints") or {}).items():
         key = f"realarch.checkpoints.{model}"
         try:
-            found = checkpoint_config(path)["model_type"]
+            config = checkpoint_config(path)
         except ProbeError as err:
             problems.append(f"{key}: {err}")
             continue
+        found = config["model_type"]
         if found != model:
             problems.append(f"{key}: {path} holds a {found!r} model (its config.json's "
                             f"model_type), not {model!r}")
+        try:
+            weight_files(path, config)
+        except ProbeError as err:
+            problems.append(f"{key}: {err}")
         if models and model not in models:
             problems.append(f"{key}: {model!r} is not in realarch.models {models}, so its "
                             "checkpoint would never be measured")

@@ -107,7 +107,9 @@ BAD_CONFIGS = [
      ["realarch.checkpoints.albert", "no config.json"]),
     ("checkpoint_of_another_model",
      f"realarch: {{checkpoints: {{xlnet: '{ROOT / 'tests' / 'data' / 'gpt2_config'}'}}}}\n",
-     ["realarch.checkpoints.xlnet", "'gpt2' model", "not 'xlnet'"]),
+     ["realarch.checkpoints.xlnet", "'gpt2' model", "not 'xlnet'",
+      # ... and without the weights its job would load (the folder holds config.json only)
+      "no weights in this folder", "model.safetensors"]),
 ]
 
 

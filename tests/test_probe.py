@@ -9,8 +9,11 @@ import collections
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
+import time
 import tomllib
 from pathlib import Path
 
@@ -24,7 +27,7 @@ transformers = pytest.importorskip("transformers")
 
 from rankcollapse import cli, probe  # noqa: E402
 from rankcollapse.core import metrics as M  # noqa: E402
-from rankcollapse.plan import specs  # noqa: E402
+from rankcollapse.probe import spec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VOCAB = 1500
@@ -76,11 +79,11 @@ def test_each_family_saved_and_probed_by_path(family, checkpoints, tmp_path, cap
         force = ["--force"]
     assert run_cli(checkpoints[family], "--tokens", 8, "--batch", 3, "--out", out, *force) == 0
     printed = capsys.readouterr().out
-    assert {p.name for p in out.iterdir()} - {"notes.txt"} == set(specs.PROBE_OUTPUTS)
+    assert {p.name for p in out.iterdir()} - {"notes.txt"} == set(spec.PROBE_OUTPUTS)
     if force:
         assert (out / "notes.txt").read_text() == "the user's own file\n"
     table = pd.read_parquet(out / "layers.parquet")
-    assert set(table.ablation) == set(specs.PROBE_ABLATIONS[family])
+    assert set(table.ablation) == set(spec.PROBE_ABLATIONS[family])
     assert set(table.layer) == {0, 1, 2} and set(table.weights) == {"checkpoint"}
     assert (table.tokens == 8).all() and table.seed.nunique() == 1
     # The CSV is the same table.
@@ -181,6 +184,68 @@ def test_installed_entry_point_and_module(tmp_path):
         assert help_text.returncode == 0 and "PATH_OR_FAMILY" in help_text.stdout
 
 
+@pytest.mark.slow
+def test_a_non_editable_install_finds_its_registry_and_judges(tmp_path):
+    """pip install (not -e) of this repository into a fresh venv, offline: the installed
+    `rankcollapse probe`, run outside the repository, imports the installed package and judges
+    its verdicts against the registry shipped as package data. The venv sees this environment's
+    packages through a .pth file (nothing is reinstalled); the build runs on a copy of the
+    sources, so no build/ or egg-info lands in the repository."""
+    import importlib.util
+    import site
+    import sysconfig
+
+    for needed in ("pip", "setuptools"):  # found, not imported: setuptools patches distutils
+        if importlib.util.find_spec(needed) is None:
+            pytest.skip(f"{needed} is not installed here")
+    started = time.perf_counter()
+    fresh = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fresh)], check=True,
+                   timeout=120)
+    python = fresh / "bin" / "python"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "PYTHONHOME") and not k.startswith("PIP_")}
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_CONFIG_FILE=os.devnull,
+               PIP_NO_CACHE_DIR="1", HF_HUB_OFFLINE="1")
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                              "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
+                             text=True, check=True, env=env, timeout=60).stdout.strip()
+    ours = dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"],
+                          sysconfig.get_paths()["platlib"]])
+    Path(purelib, "rankcollapse_test_deps.pth").write_text("\n".join(ours) + "\n")
+    source = tmp_path / "source"
+    shutil.copytree(ROOT / "src", source / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    install = subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+         "--ignore-installed", str(source)], capture_output=True, text=True, env=env,
+        cwd=tmp_path, timeout=300)
+    assert install.returncode == 0, install.stdout + install.stderr
+    elsewhere = tmp_path / "elsewhere"  # outside the repository and the sources
+    elsewhere.mkdir()
+    where = subprocess.run([str(python), "-c", "import rankcollapse; print(rankcollapse.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=elsewhere, timeout=60)
+    installed = Path(where.stdout.strip()).resolve()
+    assert installed.is_relative_to(fresh.resolve()), where.stdout + where.stderr
+    assert (installed.parent / "claims" / "claims.yaml").is_file()
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(fresh / "bin" / "rankcollapse"), "probe", "gpt2", "--layers", "2", "--width", "64",
+         "--seeds", "2", "--tokens", "16", "--batch", "4", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, env=env, cwd=elsewhere, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No verdicts" not in proc.stdout
+    verdicts = json.loads((out / "probe.json").read_text())["verdicts"]
+    assert [v["id"] for v in verdicts] == list(probe.CLAIMS_INIT)
+    assert {v["verdict"] for v in verdicts} <= {"reproduced", "partly", "not reproduced",
+                                                "not testable"}
+    assert {v["verdict"] for v in verdicts} & {"reproduced", "partly", "not reproduced"}
+    assert "On this model (gpt2, random init, 2 seeds)" in proc.stdout
+    print(f"non-editable install and probe: {time.perf_counter() - started:.1f} s")
+
+
 # ---- bad input: a clear error before any computation, --out untouched -------------------------
 
 
@@ -199,9 +264,28 @@ def bad_inputs(checkpoints: dict, tmp: Path) -> list[tuple[str, list, list[str]]
     opt = tmp / "opt"
     opt.mkdir()
     (opt / "config.json").write_text(json.dumps({"model_type": "opt", "vocab_size": 50}))
+    (opt / "model.safetensors").write_bytes(safetensors_bytes())  # refused before it is read
     (tmp / "empty.txt").write_text("  \n")
     (tmp / "latin1.txt").write_bytes("café crème".encode("latin-1"))
     gpt2 = checkpoints["gpt2"]
+    only_config = tmp / "only_config"
+    only_config.mkdir()
+    shutil.copy(gpt2 / "config.json", only_config)
+    tensorflow = damaged(gpt2, tmp / "tensorflow", remove=["model.safetensors"],
+                         write={"tf_model.h5": b"HDF"})
+    weights = (gpt2 / "model.safetensors").read_bytes()
+    cut_short = damaged(gpt2, tmp / "cut_short", write={"model.safetensors": weights[:-100]})
+    empty_bin = damaged(gpt2, tmp / "empty_bin", remove=["model.safetensors"],
+                        write={"pytorch_model.bin": b""})
+    shards = {"model-00001-of-00002.safetensors": weights,
+              "model.safetensors.index.json": json.dumps({"weight_map": {
+                  "a": "model-00001-of-00002.safetensors",
+                  "b": "model-00002-of-00002.safetensors"}}).encode()}
+    missing_shard = damaged(gpt2, tmp / "missing_shard", remove=["model.safetensors"],
+                            write=shards)
+    no_vocabulary = damaged(gpt2, tmp / "no_vocabulary", write={"tokenizer_config.json": b"{}"})
+    no_merges = damaged(gpt2, tmp / "no_merges", write={"vocab.json": b'{"a": 0}'})
+    bad_json = damaged(gpt2, tmp / "bad_json", write={"tokenizer.json": b"{"})
     return [
         ("no_such_path", [tmp / "nowhere"], ["nowhere", "no such directory"]),
         ("not_a_family", ["gpt5"], ["gpt5", "not a family", "llama"]),
@@ -219,7 +303,39 @@ def bad_inputs(checkpoints: dict, tmp: Path) -> list[tuple[str, list, list[str]]
         ("seeds_of_a_checkpoint", [gpt2, "--seeds", 3], ["--seeds 3", "one network"]),
         ("resizing_a_checkpoint", [gpt2, "--layers", 4], ["--layers", "checkpoint"]),
         ("outputs_exist", [gpt2], ["already holds", "probe.json", "--force"]),
+        # Every file the probe will read is checked before any is loaded.
+        ("no_weights", [only_config],
+         [f"{only_config}: no weights in this folder", "model.safetensors", "pytorch_model.bin"]),
+        ("tensorflow_weights_only", [tensorflow],
+         ["no weights", "tf_model.h5 (TensorFlow weights), which the probe does not read"]),
+        ("weights_cut_short", [cut_short], [f"{cut_short / 'model.safetensors'}: cut short"]),
+        ("weights_empty", [empty_bin], [f"{empty_bin / 'pytorch_model.bin'}: the file is empty"]),
+        ("shard_missing", [missing_shard],
+         ["model.safetensors.index.json names 2 shard(s)", "model-00002-of-00002.safetensors"]),
+        ("tokenizer_without_vocabulary", [no_vocabulary],
+         [f"{no_vocabulary}: its tokenizer is incomplete", "tokenizer_config.json is here but "
+          "no vocabulary", "vocab.txt", "--random-ids"]),
+        ("tokenizer_without_merges", [no_merges],
+         ["vocab.json is here without merges.txt"]),
+        ("tokenizer_json_damaged", [bad_json], [f"{bad_json / 'tokenizer.json'}",
+                                                "not a readable JSON file"]),
     ]
+
+
+def safetensors_bytes() -> bytes:
+    """A well-formed safetensors file holding one tensor of two float32 zeros."""
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    return len(header).to_bytes(8, "little") + header + bytes(8)
+
+
+def damaged(source: Path, folder: Path, remove=(), write=None) -> Path:
+    """A copy of the checkpoint folder `source` with files removed or (over)written."""
+    shutil.copytree(source, folder)
+    for name in remove:
+        (folder / name).unlink()
+    for name, data in (write or {}).items():
+        (folder / name).write_bytes(data)
+    return folder
 
 
 def test_every_bad_input_is_refused_with_its_message(checkpoints, tmp_path, out_dir, capsys):
@@ -240,6 +356,7 @@ def test_a_family_name_is_the_family_unless_a_checkpoint_of_that_name_is_here(
     args = cli.parser().parse_args(["probe", "gpt2", "--out", "o"])
     assert cli.checked(args)["kind"] == "gpt2" and probe.resolve("gpt2").family == "gpt2"
     (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (tmp_path / "gpt2" / "model.safetensors").write_bytes(safetensors_bytes())
     assert cli.checked(args)["kind"] == "llama" and probe.resolve("gpt2").family is None
 
 
@@ -249,6 +366,31 @@ def test_text_for_a_checkpoint_without_tokenizer(checkpoints, tmp_path, capsys):
     assert run_cli(checkpoints["gpt2"], "--text", text, "--out", tmp_path / "o") == 2
     assert "holds no tokenizer" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_library_checks_every_file_before_it_loads_a_model(checkpoints, tmp_path,
+                                                              monkeypatch):
+    """resolve, load and run (not only the command line) refuse a folder without its weights,
+    and run refuses an incomplete tokenizer before a model is loaded; random ids read none."""
+    gpt2 = checkpoints["gpt2"]
+    no_weights = damaged(gpt2, tmp_path / "no_weights", remove=["model.safetensors"])
+    for call in (lambda: probe.resolve(str(no_weights)), lambda: probe.load(no_weights)):
+        with pytest.raises(probe.ProbeError, match="no weights in this folder"):
+            call()
+    target = probe.resolve(str(damaged(gpt2, tmp_path / "tok", write={
+        "tokenizer_config.json": b"{}"})))
+    assert target.tokenizer
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the tokenizer was checked")
+
+    with monkeypatch.context() as patch:
+        patch.setattr("rankcollapse.probe.flow.load", no_model)  # where run looks it up
+        with pytest.raises(probe.ProbeError, match="tokenizer is incomplete"):
+            probe.run(target, tokens=4, batch=1)
+    result = probe.run(target, input_kind="random", tokens=4, batch=1,
+                       ablations=["transformer"])
+    assert result.info["input_source"]["kind"] == "random"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible")
@@ -280,6 +422,67 @@ def test_help_and_errors_come_before_torch_is_imported():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, timeout=60)
     assert proc.stdout.strip() == "2 []", proc.stdout + proc.stderr
+
+
+def test_the_plain_tables_and_checks_work_where_torch_cannot_be_imported(tmp_path):
+    """rankcollapse.probe.spec, the package's face, the command line's checks and the workflow's
+    planning import and check a checkpoint folder with torch, transformers and pandas
+    unimportable; the probe's other parts are imported only when used."""
+    folder = tmp_path / "bert"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 50,
+                                                    "max_position_embeddings": 512}))
+    (folder / "model.safetensors").write_bytes(safetensors_bytes())
+    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\nthe\n")
+    code = textwrap.dedent(f"""
+        import sys
+        for name in ("torch", "transformers", "pandas"):
+            sys.modules[name] = None  # importing it raises ImportError
+        from rankcollapse.probe import spec
+        from rankcollapse import cli, probe
+        from rankcollapse.plan import config
+        folder = {str(folder)!r}
+        assert [p.name for p in spec.weight_files(folder, spec.checkpoint_config(folder))] \\
+            == ["model.safetensors"]
+        assert [p.name for p in spec.tokenizer_files(folder)] == ["vocab.txt"]
+        args = cli.parser().parse_args(["probe", folder, "--out", {str(tmp_path / "o")!r}])
+        assert cli.checked(args)["kind"] == "bert"
+        assert config._realarch_problems({{"checkpoints": {{"bert": folder}}}}) == []
+        assert probe.ProbeError is spec.ProbeError and probe.FIRST_ID == 1000
+        try:
+            probe.measure
+        except ImportError:
+            print("ok")
+    """)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr
+
+
+def test_the_face_names_every_part_of_the_package():
+    """Every public name a module of rankcollapse.probe defines is reachable from the package
+    (what cli, realarch, the benchmarks and these tests use), and is the same object."""
+    import ast
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(probe.__path__):
+        module = importlib.import_module(f"rankcollapse.probe.{info.name}")
+        tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+        names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)]
+        names += [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+                  if isinstance(t, ast.Name)]
+        for name in (n for n in names if not n.startswith("_")):
+            assert name in dir(probe), f"{info.name}.{name}"
+            if (info.name, name) != ("spec", "max_positions"):  # the face's: models'
+                assert getattr(probe, name) is getattr(module, name), f"{info.name}.{name}"
+    assert probe.max_positions is importlib.import_module("rankcollapse.probe.models") \
+        .max_positions
+    from rankcollapse.core.model import DTYPES
+    from rankcollapse.experiments import init_sweep, realarch
+
+    assert probe.DTYPES is DTYPES and realarch.DTYPES is DTYPES and init_sweep.DTYPES is DTYPES
 
 
 # ---- the library: metrics, masks, wrappers ----------------------------------------------------
@@ -325,7 +528,7 @@ def test_a_padded_batch_gives_the_unpadded_numbers(family):
     for row, n in enumerate(lengths):
         mask[row, n:] = 0
         ids[row, n:] = 0  # whatever a pad id is, it must not matter
-    ablations = specs.PROBE_ABLATIONS[family]
+    ablations = spec.PROBE_ABLATIONS[family]
     padded = probe.measure(net, family, ids, mask, ablations, spectrum_sequences=None)
     for row, n in enumerate(lengths):
         alone = probe.measure(net, family, ids[row:row + 1, :n], None, ablations,
@@ -403,7 +606,7 @@ def test_de_escalated_decoders_stay_causal(family):
 def test_family_positions_match_the_base_configs():
     for family in probe.FAMILIES:
         assert probe.max_positions(probe.base_config(family)) == \
-            specs.PROBE_FAMILY_POSITIONS[family], family
+            spec.PROBE_FAMILY_POSITIONS[family], family
 
 
 # ---- E1b on the probe: the same numbers as before the move ------------------------------------

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rankcollapse.plan.specs import (
+from rankcollapse.probe.spec import (
     PROBE_ABLATIONS,
     PROBE_FAMILIES,
     PROBE_FAMILY_POSITIONS,
@@ -25,9 +25,12 @@ from rankcollapse.plan.specs import (
     TOKENIZER_FILES,
     ProbeError,
     checkpoint_config,
+    has_tokenizer,
     max_positions,
     probe_ablations,
     read_text,
+    tokenizer_files,
+    weight_files,
 )
 
 DESCRIPTION = """\
@@ -89,7 +92,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def checked(args: argparse.Namespace) -> dict:
-    """Everything about the arguments that can be checked without torch: the target, the
+    """Everything about the arguments that can be checked without torch: the target (a
+    checkpoint folder's config.json, weights and, where a text is read with it, tokenizer), the
     ablations, the sequence length, the text, the output folder. Returns what the probe needs;
     ProbeError with a message naming the problem otherwise."""
     target = args.target
@@ -106,8 +110,11 @@ def checked(args: argparse.Namespace) -> dict:
             raise ProbeError(f"{target}: no such directory, and not a family "
                              f"({', '.join(PROBE_FAMILIES)})")
         config = checkpoint_config(path)
+        weight_files(path, config)  # every file the probe will read, before it loads any
+        tokenizer = has_tokenizer(path)
+        if tokenizer and not args.random_ids:
+            tokenizer_files(path)
         kind = str(config["model_type"])
-        tokenizer = any((path / name).exists() for name in TOKENIZER_FILES)
         limit = max_positions(config)
         if args.layers is not None or args.width is not None or args.heads is not None:
             raise ProbeError("--layers, --width and --heads resize a random-init family; "

@@ -15,6 +15,9 @@ from torch import Tensor, nn
 # The named variants (docs/model.md) are presets of these switches, defined without torch.
 from rankcollapse.plan.specs import PRESETS, ModelConfig  # noqa: F401 - PRESETS re-exported
 
+# The forward passes' precisions by name (config values, the probe's --dtype).
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
 
 def token_mean(x: Tensor, causal: bool = False) -> Tensor:
     """The mean over tokens of x (..., n, d), broadcast to every token; with causal, token i

@@ -6,9 +6,7 @@ import pandas as pd
 import torch
 
 from rankcollapse.core.metrics import layer_metrics
-from rankcollapse.core.model import build
-
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+from rankcollapse.core.model import DTYPES, build
 
 
 def random_tokens(batch: int, tokens: int, width: int, generator: torch.Generator,

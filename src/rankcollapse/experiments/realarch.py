@@ -13,12 +13,13 @@ import torch
 from torch import Tensor, nn
 
 from rankcollapse import probe
-from rankcollapse.plan.specs import package_text
+from rankcollapse.core.model import DTYPES
 from rankcollapse.probe import (  # noqa: F401 - E1b's names for the probe's parts
     FIRST_ID,
     AlbertAttentionAblated,
     base_config,
 )
+from rankcollapse.probe.spec import package_text
 
 MODELS = ("bert", "albert", "xlnet")
 ABLATIONS = {  # name: (attention skip kept, feed-forward kept)
@@ -28,7 +29,6 @@ ABLATIONS = {  # name: (attention skip kept, feed-forward kept)
 # ALBERT as the 2021 code ablated it (probe.ablate): for BERT and XLNet that code removed the
 # block cleanly (= san_skip), so this ablation exists for ALBERT only.
 ALBERT_ONLY = {"san_skip_2021"}
-DTYPES = probe.DTYPES
 
 
 def _check_model(model: str) -> None:

@@ -8,7 +8,7 @@ experiment's check; `plan.config.check_config` runs them all before any job star
 from __future__ import annotations
 
 from rankcollapse.core.tasks import TASKS
-from rankcollapse.plan.specs import ProbeError, checkpoint_config
+from rankcollapse.probe.spec import ProbeError, checkpoint_config, weight_files
 
 
 def undefined_variants(config: dict, uses: list[tuple[str, str]]) -> list[str]:
@@ -41,8 +41,9 @@ def init_sweep(config: dict) -> list[str]:
 
 
 def realarch(config: dict) -> list[str]:
-    """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type
-    (what save_pretrained writes), for a model that the run measures. Checked when the workflow
+    """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type and
+    the weights the loader will read (what save_pretrained writes), for a model that the run
+    measures. Checked when the workflow
     is planned rather than inside the job that would load it."""
     block = config.get("realarch", {})
     problems = []
@@ -50,13 +51,18 @@ def realarch(config: dict) -> list[str]:
     for model, path in (block.get("checkpoints") or {}).items():
         key = f"realarch.checkpoints.{model}"
         try:
-            found = checkpoint_config(path)["model_type"]
+            config_json = checkpoint_config(path)
         except ProbeError as err:
             problems.append(f"{key}: {err}")
             continue
+        found = config_json["model_type"]
         if found != model:
             problems.append(f"{key}: {path} holds a {found!r} model (its config.json's "
                             f"model_type), not {model!r}")
+        try:  # the weights the loader will read: present, readable, not cut short
+            weight_files(path, config_json)
+        except ProbeError as err:
+            problems.append(f"{key}: {err}")
         if models and model not in models:
             problems.append(f"{key}: {model!r} is not in realarch.models {models}, so its "
                             "checkpoint would never be measured")

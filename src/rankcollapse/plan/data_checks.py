@@ -113,8 +113,7 @@ def _circle_problems(circle: dict) -> list[str]:
 
 
 def _realarch_problems(realarch: dict) -> list[str]:
-    from rankcollapse.plan.specs import (
-        WEIGHT_FILES,
+    from rankcollapse.probe.spec import (
         WORD_PATTERN,
         ProbeError,
         checkpoint_config,
@@ -138,10 +137,7 @@ def _realarch_problems(realarch: dict) -> list[str]:
             found = checkpoint_config(path)
         except ProbeError:
             continue  # said by config.check_config
-        folder = Path(path).expanduser()
-        if not any((folder / name).is_file() for name in WEIGHT_FILES):
-            problems.append(f"{key}: {folder} holds no weights (one of {list(WEIGHT_FILES)}, as "
-                            "save_pretrained writes them)")
+        folder = Path(path).expanduser()  # its weights: plan.checks.realarch
         limit = max_positions(found)
         if limit is not None and tokens > limit:
             problems.append(f"realarch.tokens={tokens} exceeds the {limit} positions of the "

@@ -9,10 +9,8 @@ starts one): keeping torch out of that import saves about 1.5 s of CPU per proce
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Literal
 
 Norm = Literal["none", "pre", "post"]
@@ -142,113 +140,6 @@ ATTENTION = ("math", "fused")
 
 # What may differ between the members of one ensemble, besides the seed (ensemble.Member).
 MEMBER_FIELDS = ("lr", "warmup", "weight_decay")
-
-
-# --- the probe (rankcollapse.probe, `rankcollapse probe`) ------------------------------------
-# Plain data, so that the command line checks its arguments before importing torch.
-
-# Random-init families the probe builds from explicit configurations (nothing is downloaded).
-PROBE_FAMILIES = ("bert", "albert", "xlnet", "gpt2", "llama")
-# san: attention only (no attention skip, its norm kept; no feed-forward block); san_mlp: the
-# feed-forward block kept; san_skip: the attention skip kept; transformer: the model as it is;
-# transformer_deesc: the model with Yu & Zhang's de-escalation of every attention output.
-_PATHS = ("san", "san_mlp", "san_skip", "transformer", "transformer_deesc")
-# Hugging Face model types the probe can ablate, each with the ablations it runs on them. Any
-# other model type that returns hidden states and attentions is probed unmodified only.
-PROBE_ABLATIONS = {
-    "bert": _PATHS,
-    "albert": (*_PATHS, "san_skip_2021"),  # + ALBERT as Dong et al.'s 2021 code ablated it
-    "xlnet": _PATHS,
-    "gpt2": _PATHS,
-    "llama": _PATHS,  # the Llama-style decoders: RMSNorm, pre-norm, rotary positions
-    "mistral": _PATHS,
-    "qwen2": _PATHS,
-}
-PROBE_UNMODIFIED = ("transformer",)
-# The longest sequence each family's base configuration accepts (rankcollapse.probe.base_config;
-# a test keeps the two in step); None: relative positions only (XLNet).
-PROBE_FAMILY_POSITIONS = {"bert": 512, "albert": 512, "xlnet": None, "gpt2": 1024, "llama": 2048}
-# Config keys that bound the sequence length a model accepts (the first one present counts).
-PROBE_POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx")
-# The files a probe writes into its --out folder (none is overwritten without --force).
-PROBE_OUTPUTS = ("probe.png", "probe.pdf", "layers.parquet", "layers.csv", "probe.json")
-# Files whose presence in a checkpoint folder means it carries its tokenizer.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
-                   "spiece.model", "tokenizer.model")
-# The weight files `AutoModel.from_pretrained` (PyTorch, local files only) loads from a checkpoint
-# folder: one of them, or a sharded one's index, must be there.
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-                "pytorch_model.bin.index.json")
-# How the probe (and E1b's text input) splits a text into tokens: words and punctuation marks.
-WORD_PATTERN = r"\w+|[^\w\s]"
-
-
-def probe_ablations(model_type: str) -> tuple[str, ...]:
-    """The ablations the probe can run on a model of this Hugging Face model type."""
-    return PROBE_ABLATIONS.get(model_type, PROBE_UNMODIFIED)
-
-
-class ProbeError(ValueError):
-    """Input the probe cannot measure, said before any computation: the message names it."""
-
-
-def checkpoint_config(path) -> dict:
-    """The config.json of a checkpoint folder (what `save_pretrained` writes: config.json and
-    the weights); ProbeError naming the problem when the folder does not exist, is not a
-    folder, or holds no readable config.json with a model_type."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise ProbeError(f"{path}: no such directory")
-    if not path.is_dir():
-        raise ProbeError(f"{path}: not a directory (a checkpoint is a folder holding "
-                         "config.json and the weights)")
-    config = path / "config.json"
-    if not config.is_file():
-        raise ProbeError(f"{path}: no config.json in this folder (a checkpoint folder holds "
-                         "config.json and the weights, as save_pretrained writes them)")
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProbeError(f"{config}: not a readable JSON file ({err})") from err
-    if not isinstance(data, dict) or not data.get("model_type"):
-        raise ProbeError(f"{config}: no model_type in it (not a Hugging Face config)")
-    return data
-
-
-def max_positions(config: dict) -> int | None:
-    """The longest sequence a model with this config.json accepts (None: no absolute limit,
-    e.g. XLNet's relative positions)."""
-    for key in PROBE_POSITION_KEYS:
-        if isinstance(config.get(key), int) and config[key] > 0:
-            return config[key]
-    return None
-
-
-def package_text() -> str:
-    """English prose that ships with scikit-learn: its bundled data sets' descriptions (E1b's
-    text input). Found without importing scikit-learn, so the config checks can count it."""
-    import importlib.util
-
-    root = Path(importlib.util.find_spec("sklearn").submodule_search_locations[0])
-    descr = root / "datasets" / "descr"
-    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(descr.glob("*.rst")))
-
-
-def read_text(path) -> str:
-    """A UTF-8 text file's content; ProbeError naming the file when it is missing, empty or
-    not UTF-8."""
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise ProbeError(f"--text {path}: no such file")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ProbeError(f"--text {path}: not UTF-8 text (byte {err.start} is "
-                         f"{data[err.start:err.start + 1]!r})") from err
-    if not text.strip():
-        raise ProbeError(f"--text {path}: the file is empty")
-    return text
 
 
 MODEL_KEYS = ("width", "heads", "mlp_ratio")  # the model sizes of a `train` block

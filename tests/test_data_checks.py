@@ -94,8 +94,10 @@ def _checkpoint(folder: Path, positions: int, weights: bool) -> Path:
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert",
                                                     "max_position_embeddings": positions}))
-    if weights:
-        (folder / "model.safetensors").write_bytes(b"stands for the weights")
+    if weights:  # a well-formed safetensors file: one tensor of two float32 zeros
+        header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})
+        (folder / "model.safetensors").write_bytes(
+            len(header.encode()).to_bytes(8, "little") + header.encode() + bytes(8))
     return folder
 
 
@@ -104,7 +106,7 @@ def test_checkpoint_without_weights_is_refused(tmp_path):
     with pytest.raises(ConfigError) as err:
         check_config(merged(CI, {"realarch": {"checkpoints": {"bert": str(path)}}}))
     assert "realarch.checkpoints.bert" in str(err.value)
-    assert "holds no weights" in str(err.value)
+    assert "no weights in this folder" in str(err.value)
 
 
 def test_checkpoint_shorter_than_the_tokens_is_refused(tmp_path):

@@ -440,14 +440,14 @@ def test_the_plain_tables_and_checks_work_where_torch_cannot_be_imported(tmp_pat
             sys.modules[name] = None  # importing it raises ImportError
         from rankcollapse.probe import spec
         from rankcollapse import cli, probe
-        from rankcollapse.plan import config
+        from rankcollapse.plan import checks
         folder = {str(folder)!r}
         assert [p.name for p in spec.weight_files(folder, spec.checkpoint_config(folder))] \\
             == ["model.safetensors"]
         assert [p.name for p in spec.tokenizer_files(folder)] == ["vocab.txt"]
         args = cli.parser().parse_args(["probe", folder, "--out", {str(tmp_path / "o")!r}])
         assert cli.checked(args)["kind"] == "bert"
-        assert config._realarch_problems({{"checkpoints": {{"bert": folder}}}}) == []
+        assert checks.realarch({{"realarch": {{"checkpoints": {{"bert": folder}}}}}}) == []
         assert probe.ProbeError is spec.ProbeError and probe.FIRST_ID == 1000
         try:
             probe.measure

@@ -9,6 +9,7 @@ import json
 import os
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
+from importlib import import_module
 from pathlib import Path
 
 import jinja2
@@ -106,9 +107,12 @@ def numerics_note(config: dict, experiments: list[str]) -> dict | None:
 
 def method_notes(experiments: list[str], config: dict | None = None) -> list[dict]:
     """Definitions the claims of these experiments rest on, one paragraph each (methods text:
-    what a quantity means, never a finding): each experiment's `method_note` in the registry."""
-    out = [{"experiment": e, "text": experiment_record(e).method_note(config or {})}
-           for e in experiments if experiment_record(e).method_note]
+    what a quantity means, never a finding): each experiment's claims module's `method_note`."""
+    out = []
+    for e in experiments:
+        note = getattr(import_module(experiment_record(e).claims), "method_note", None)
+        if note is not None:
+            out.append({"experiment": e, "text": note(config or {})})
     training = numerics_note(config or {}, experiments)
     return out + ([training] if training else [])
 

@@ -179,3 +179,18 @@ def _measure_paper(table: pd.DataFrame, resamples: int) -> dict[str, Measurement
             out[cid] = over_runs(cid, runs, _share_of_means("exact_up_to_2"), resamples,
                                  note=f"{task}, depth {int(mine.depth.max())}")
     return out
+
+
+def method_note(config: dict) -> str:
+    """The report's methods paragraph on what E2's claims rest on (a definition, never a
+    finding)."""
+    return (
+        "Path lengths (E2). A path of length k passes through k of the L layers, one head "
+        "in each, and skips the others. The original protocol samples such paths (k random "
+        "layers, one random head each), runs each active layer on the path's own input "
+        "without its residual, through a LayerNorm without learned gain and bias, sums a "
+        "few paths and classifies the sum with the network's read-out. Claims compare "
+        "accuracies as gain shares (a − m)/(full − m): the accuracy a above the majority-"
+        "class rate m of the evaluation labels (the best constant predictor) as a share of "
+        "the full network's accuracy above it, from means over trained networks; a network "
+        f"less than {MIN_GAIN:g} above m has no gain to share (undefined).")

@@ -136,3 +136,20 @@ def _measure_layers(layers: pd.DataFrame, resamples: int) -> dict[str, Measureme
                                    f"{', '.join(sorted(set(mine.setup)))}")
                     if units else not_testable(cid, "no seed trained at both widths"))
     return out
+
+
+def method_note(config: dict) -> str:
+    """The report's methods paragraph on what E3's claims rest on (a definition, never a
+    finding). The collapse threshold is the simulation's own (imported here, with torch)."""
+    from rankcollapse.experiments.circle import COLLAPSE_FRACTION
+
+    return (
+        "Collapse (E3). A roll-out collapses when its two tokens come within "
+        f"{COLLAPSE_FRACTION:.0%} of the data's pair distance 2r of each other and stay "
+        "there, or when each token stays that close to its end point for at least three "
+        "times as many steps as the data's own motion takes to cover that distance (the "
+        "trajectory has shrunk to a point). The share is chosen from the paper's figure: "
+        "at its scale (axes ±0.56 for r = 0.3) two points that close are drawn as one, "
+        "while the data's two tokens stay 2r apart at every step. A trained layer's time to "
+        "collapse is the upper median over its start pairs, a roll-out without collapse "
+        "counting as its length + 1.")

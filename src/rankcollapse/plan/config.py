@@ -16,9 +16,9 @@ from typing import NamedTuple
 import jsonschema
 import yaml
 
+from rankcollapse.core.specs import with_presets
 from rankcollapse.plan import checks, experiments
 from rankcollapse.plan.data_checks import data_problems
-from rankcollapse.plan.specs import with_presets
 from rankcollapse.plan.training import groups
 
 

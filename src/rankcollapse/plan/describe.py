@@ -1,5 +1,5 @@
-"""What the report says of each experiment's runs: its size line (read from the config) and
-its method note (what a quantity the claims rest on means). Named by the experiment registry."""
+"""What the report says of each experiment's runs: its size line, read from the config. Named by
+the experiment registry (an experiment's method note is its claims module's `method_note`)."""
 
 from __future__ import annotations
 
@@ -107,36 +107,3 @@ def particles(p: dict) -> str:
             f"simplex d = {_list(x['d'])}, {x['runs']} runs; large temperature d = "
             f"{_list(b['d'])}, {b['runs']} pairs; maps {_size(m['d'])} d and {_size(m['beta'])} "
             f"β × {_size(m['n'])} n, {m['runs']} runs per cell")
-
-
-# Method notes: the constants they quote are the measuring modules' own (imported when the
-# report is built, not while the workflow is planned: those modules import pandas and torch).
-
-def paths_note(c: dict) -> str:
-    from rankcollapse.claims.e2 import MIN_GAIN
-
-    return (
-        "Path lengths (E2). A path of length k passes through k of the L layers, one head "
-        "in each, and skips the others. The original protocol samples such paths (k random "
-        "layers, one random head each), runs each active layer on the path's own input "
-        "without its residual, through a LayerNorm without learned gain and bias, sums a "
-        "few paths and classifies the sum with the network's read-out. Claims compare "
-        "accuracies as gain shares (a − m)/(full − m): the accuracy a above the majority-"
-        "class rate m of the evaluation labels (the best constant predictor) as a share of "
-        "the full network's accuracy above it, from means over trained networks; a network "
-        f"less than {MIN_GAIN:g} above m has no gain to share (undefined).")
-
-
-def circle_note(c: dict) -> str:
-    from rankcollapse.experiments.circle import COLLAPSE_FRACTION
-
-    return (
-        "Collapse (E3). A roll-out collapses when its two tokens come within "
-        f"{COLLAPSE_FRACTION:.0%} of the data's pair distance 2r of each other and stay "
-        "there, or when each token stays that close to its end point for at least three "
-        "times as many steps as the data's own motion takes to cover that distance (the "
-        "trajectory has shrunk to a point). The share is chosen from the paper's figure: "
-        "at its scale (axes ±0.56 for r = 0.3) two points that close are drawn as one, "
-        "while the data's two tokens stay 2r apart at every step. A trained layer's time to "
-        "collapse is the upper median over its start pairs, a roll-out without collapse "
-        "counting as its length + 1.")

@@ -3,9 +3,10 @@ from it (the workflow's targets and benchmark files, the training plan's runs, t
 lines and method notes, the config checks, the schema's enum: a test compares them).
 
 A record says where an experiment's whole story lives: its config blocks, its rules file, its
-notebook, the tables it reads, the library modules that compute them, its claims module and the
-claims' block in the registry `claims/claims.yaml`. Torch-free: Snakemake imports it while it
-parses the workflow. Adding an experiment: docs/adding-an-experiment.md.
+notebook, the tables it reads, the library modules that compute them, its claims module (whose
+`method_note`, where it has one, is the report's methods paragraph on what its claims rest on)
+and the claims' block in the registry `claims/claims.yaml`. Torch-free: Snakemake imports it
+while it parses the workflow. Adding an experiment: docs/adding-an-experiment.md.
 """
 
 from __future__ import annotations
@@ -40,14 +41,13 @@ class Experiment:
     rules: str  # the rules file that makes its tables
     notebook: str
     library: tuple[str, ...]  # the modules that compute its tables
-    claims: str  # its claims module; its claims' ids start with "<id>."
+    claims: str  # its claims module (IDS, measure, method_note); claim ids start with "<id>."
     tables: Callable[[Config], dict[str, str]]  # {name: collected table under results/}
     files: dict[str, str] = field(default_factory=dict)  # {name: tracked file it also reads}
     training: Training | None = None  # networks trained as ensembles (E2, E4)
     tuned: bool = False  # networks tuned per arm (rule train_tuned: E5, E5b)
     checks: tuple[Callable[[Config], list[str]], ...] = ()
     size: Callable[[Config], str] = lambda config: "—"
-    method_note: Callable[[Config], str] | None = None
 
     @property
     def trains(self) -> bool:
@@ -113,7 +113,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         tables=lambda c: {"paths": "tables/E2_paths.parquet"},
         files={"reference": REFERENCE},
         training=Training(_paths_runs, train=_paths_train, data=_paths_data),
-        checks=(checks.paths,), size=describe.paths, method_note=describe.paths_note),
+        checks=(checks.paths,), size=describe.paths),
     Experiment(
         "E3", "Circle trajectories", "D21",
         blocks=("circle",), settings=("circle",),
@@ -123,7 +123,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         claims="rankcollapse.claims.e3",
         tables=lambda c: {"circle": "tables/E3_circle.parquet"},
         files={"reference": REFERENCE},
-        checks=(checks.circle,), size=describe.circle, method_note=describe.circle_note),
+        checks=(checks.circle,), size=describe.circle),
     Experiment(
         "E4", "Token similarity escalates with depth", "YZ",
         blocks=("escalation", "train"), settings=("escalation", "train", "tasks"),

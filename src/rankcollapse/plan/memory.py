@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
+from rankcollapse.core.specs import ModelConfig
 from rankcollapse.core.tasks import TaskSpec, task_spec
-from rankcollapse.plan.specs import ModelConfig
 
 # Floats that one training step keeps for the backward pass, per token of the batch and block:
 # fitted to the saved tensors that autograd records for the ensemble's step (tests check the

@@ -22,9 +22,9 @@ import itertools
 import math
 from dataclasses import asdict, dataclass, fields
 
+from rankcollapse.core.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, sweep
 from rankcollapse.plan import experiments
 from rankcollapse.plan.memory import CONTEXT_MB, member_memory_mb, split
-from rankcollapse.plan.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, sweep
 
 # Keys of the `train` block that are not TrainConfig fields.
 PLAN_KEYS = ("eval_size", "gpu", "ensemble_memory_mb")

@@ -7,8 +7,8 @@ import itertools
 import math
 from dataclasses import asdict, dataclass
 
+from rankcollapse.core.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, sweep
 from rankcollapse.plan.memory import CONTEXT_MB, member_memory_mb
-from rankcollapse.plan.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, sweep
 
 METHODS = ("grid", "halving")
 TUNED_SHARED = ("schedule", "clip", "checkpoint_every", "eval_every", "precision", "engine",

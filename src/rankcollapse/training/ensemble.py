@@ -22,8 +22,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from rankcollapse import io, runtime
 from rankcollapse.core.metrics import layer_metrics, token_similarity
+from rankcollapse.core.specs import MEMBER_FIELDS
 from rankcollapse.core.tasks import TaskData, make_task
-from rankcollapse.plan.specs import MEMBER_FIELDS
 from rankcollapse.training.step import (
     DeviceStep,
     autocast,

@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 
-from rankcollapse.plan.specs import ATTENTION, ENGINES, PRECISIONS
+from rankcollapse.core.specs import ATTENTION, ENGINES, PRECISIONS
 from rankcollapse.runtime import inductor_deterministic
 
 log = logging.getLogger(__name__)

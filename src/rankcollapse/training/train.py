@@ -20,8 +20,8 @@ from torch import Tensor
 from rankcollapse import io, runtime
 from rankcollapse.core.metrics import layer_metrics, token_similarity
 from rankcollapse.core.model import TaskModel, build_task_model
+from rankcollapse.core.specs import TrainConfig
 from rankcollapse.core.tasks import TaskData, TaskSpec, make_task
-from rankcollapse.plan.specs import TrainConfig
 
 log = logging.getLogger(__name__)
 

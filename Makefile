@@ -62,7 +62,7 @@ test: $(STAMP)
 
 # The developer's fast path: ruff and snakefmt, then every test that neither runs the workflow for
 # real nor is marked slow: unit and property tests, dry-runs, and snakemake --lint (run by
-# tests/test_workflow.py::test_lint_is_clean, so not twice).
+# tests/workflow/test_workflow.py::test_lint_is_clean, so not twice).
 test-fast: $(STAMP)
 	$(RUFF)
 	$(SNAKEFMT)

@@ -1,8 +1,8 @@
 """Writes tests/data/e1b_reference.parquet: E1b's table (realarch.run, as the workflow's job
 calls it) for tiny BERT/ALBERT/XLNet models, 2 seeds, every ablation, random ids and the packaged
 text. It was generated ONCE by the code before E1b moved onto rankcollapse.probe (commit
-b6a4f95, src/ of that commit on PYTHONPATH); tests/test_probe.py checks that today's code gives
-the identical table. Run: PYTHONPATH=<old src> python tests/data/make_e1b_reference.py OUT
+b6a4f95, src/ of that commit on PYTHONPATH); tests/probe/test_probe.py checks that today's code
+gives the identical table. Run: PYTHONPATH=<old src> python tests/data/make_e1b_reference.py OUT
 """
 
 import sys

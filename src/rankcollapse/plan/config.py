@@ -84,7 +84,7 @@ def check_schema(config: dict, schema: dict) -> None:
 # benchmarks/gpu_check.py's results/gpu_check), nor one of report/'s own entries.
 DEFAULT_NAME = "default"
 RESERVED_NAMES = frozenset({
-    # results/<folder>/ of the rules (tests/test_config.py checks the rule files against it)
+    # results/<folder>/ of the rules (tests/plan/test_config.py checks the rule files against it)
     "benchmarks", "circle", "init", "logs", "notebooks", "numbers", "particles", "paths",
     "realarch", "tables", "train", "tuned",
     "gpu_check",  # benchmarks/gpu_check.py

@@ -20,7 +20,7 @@ from rankcollapse.plan.config import (
 
 from conftest import copy_project, run_snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = ROOT / "workflow/schemas/config.schema.yaml"
 SCHEMA = load_schema(SCHEMA_PATH)
 DEFAULT = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())

@@ -23,7 +23,7 @@ from rankcollapse.plan.config import (
 
 from conftest import copy_project, run_snakemake
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = load_schema(ROOT / "workflow/schemas/config.schema.yaml")
 DEFAULT = load_config(ROOT / "workflow/config/default.yaml")
 

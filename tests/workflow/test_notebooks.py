@@ -6,7 +6,7 @@ import jupytext
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = sorted((ROOT / "notebooks" / "src").glob("[0-9]*.py"))
 
 

@@ -3,7 +3,7 @@
 The smoke config (every rule once) is submitted with sbatch by snakemake-executor-plugin-slurm
 and run by slurmd; training jobs request one of the node's two (fake) GPUs. Its numbers must
 equal a local run's: here the smoke run that was killed three times and resumed one job at a
-time (tests/test_reliability.py checks that run against this one, too).
+time (tests/training/test_reliability.py checks that run against this one, too).
 """
 
 from pathlib import Path

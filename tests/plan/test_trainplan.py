@@ -23,7 +23,7 @@ from rankcollapse.plan.config import ConfigError, check_config, load_config
 from rankcollapse.training.ensemble import Ensemble
 from rankcollapse.training.train import new_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = load_config(ROOT / "workflow/config/default.yaml")
 SMALL = {"sorting": {"train_size": 40, "test_size": 8}, "hull": {"train_size": 20,
                                                                  "test_size": 5}}

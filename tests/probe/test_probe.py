@@ -29,7 +29,7 @@ from rankcollapse import cli, probe  # noqa: E402
 from rankcollapse.core import metrics as M  # noqa: E402
 from rankcollapse.probe import spec  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 1500
 TINY = {"layers": 2, "width": 32, "heads": 2}
 

@@ -10,7 +10,7 @@ from markupsafe import escape
 from conftest import CI, claims_in, report_file, results_dir, run_snakemake
 
 pytestmark = pytest.mark.workflow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def scheduled(dry_run_output: str) -> dict[str, int]:

@@ -4,11 +4,8 @@
                        [--seeds 5] [--ablations transformer,san,...] [--dtype float32|float64]
                        [--device auto|cpu|cuda] [--out DIR] [--force]
 
-Does *this* model collapse? Per-layer relative residual (both norms), token similarity, mean
-cosine, effective rank and attention |lambda_2| of a local Hugging Face checkpoint folder or a
-random-init family, with its paths ablated, and the papers' claims judged on it. The library
-does the work (rankcollapse.probe); this module reads the arguments and checks them before
-anything heavy is imported, so that --help and bad input answer at once.
+The library does the work (rankcollapse.probe, docs/probe.md); this module reads the arguments
+and checks them before anything heavy is imported, so that --help and bad input answer at once.
 """
 
 from __future__ import annotations

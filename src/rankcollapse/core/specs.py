@@ -1,11 +1,6 @@
-"""The configuration dataclasses of models and training, without torch.
-
-`ModelConfig` (model.py's architecture switches), `TrainConfig` (train.py's optimiser settings)
-and `MEMBER_FIELDS` (what may differ between ensemble members) are defined here and re-exported
-by model.py, train.py and ensemble.py. The workflow plans its training grid from them
-(trainplan.py) while Snakemake parses the Snakefile, in every snakemake process (each SLURM job
-starts one): keeping torch out of that import saves about 1.5 s of CPU per process.
-"""
+"""Model and training configurations as plain data, without torch: `ModelConfig` (the model's
+switches), the variant presets, `TrainConfig` and what may differ between ensemble members. The
+model, the training engine and the parse-time plan (rankcollapse.plan) all read them."""
 
 from __future__ import annotations
 

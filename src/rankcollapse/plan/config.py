@@ -1,10 +1,6 @@
-"""Config checks that run before any job starts, with messages a person can act on.
-
-`check_schema` validates against workflow/schemas/config.schema.yaml and reports each problem
-in one line (the key's dotted path, what is wrong, the allowed keys or values); `check_config`
-adds the cross-reference checks a JSON schema cannot express. The workflow then also calls
-snakemake's own `validate()`, which fills in the schema's defaults.
-"""
+"""The workflow's config: loaded as --configfile merges it (`load_config`, the variant presets
+under it), checked before any job starts with one line per problem (`check_schema`, then
+`check_config`: each experiment's checks and the data checks), and where it writes."""
 
 from __future__ import annotations
 

@@ -4,11 +4,8 @@ The schema bounds each value on its own and `config.check_config` cross-checks t
 these checks read the data a value refers to (the text corpus, scikit-learn's texts, a
 checkpoint folder) or a task's own constraint, and say what the value would run into inside
 its job: a task whose test set would not fit in its data, an empty evaluation block, a text too
-short for E1b's batch, a checkpoint without weights. Torch-free (Snakemake imports this while
-it parses the workflow): the facts come from core/tasks.py and core/specs.py.
-
-`data_problems(config)` returns one line per problem: the config key, its value and what is
-allowed; `check_config` raises them with its own.
+short for E1b's batch, a checkpoint shorter than the tokens. Torch-free: the facts come from
+core/tasks.py and probe/spec.py. One line per problem: the key, its value, what is allowed.
 """
 
 from __future__ import annotations

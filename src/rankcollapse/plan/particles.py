@@ -1,9 +1,7 @@
 """Experiment E6 [KGR26]: the parameter points of the particle studies, planned from the config.
 
-:func:`plan` turns the workflow config into ``{study: {point: params}}`` (see homogenized.py
-for the studies) and :func:`config_problems` checks E6's cross-field settings. This part needs
-neither torch nor pandas: Snakemake imports it while it parses the workflow, in every
-snakemake process (each SLURM job starts one). homogenized.py re-exports all of it.
+:func:`plan` turns the workflow config into ``{study: {point: params}}`` (the studies:
+docs/e6_homogenized.md) and :func:`config_problems` checks E6's cross-field settings.
 """
 
 from __future__ import annotations

@@ -263,3 +263,11 @@ def test_make_prints_the_report_paths_of_config(files, name):
                           str(config / "default.yaml"), *(str(config / f) for f in files)],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == ("report/report" if name == "default" else f"report/{name}")
+
+
+def test_output_root_of_a_missing_config_file_is_a_message_not_a_traceback(tmp_path):
+    """The Makefile prints where a CONFIG writes; a path that does not exist is named."""
+    out = subprocess.run([sys.executable, "-m", "rankcollapse.plan.config", "report",
+                          str(tmp_path / "no_such.yaml")], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "no_such.yaml" in out.stderr and "Traceback" not in out.stderr

@@ -176,7 +176,13 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m rankcollapse.plan.config {{{','.join(OutputRoots._fields)}}} "
               "CONFIGFILE...", file=sys.stderr)
         return 2
-    print(getattr(output_roots({"name": config_name(argv[1:])}), argv[0]))
+    try:
+        name = config_name(argv[1:])
+    except (OSError, yaml.YAMLError) as err:
+        print(f"python -m rankcollapse.plan.config: cannot read a config file: {err}",
+              file=sys.stderr)
+        return 2
+    print(getattr(output_roots({"name": name}), argv[0]))
     return 0
 
 

@@ -67,6 +67,7 @@ def member_step_flops(config: dict, task: str, task_options: dict, variant: str,
 def ensembles(config: dict) -> list[dict]:
     """Every ensemble a config trains: experiment, task, depth, members K, steps, FLOPs per
     member step, and what it is (train, sweep rung r, final)."""
+    from rankcollapse.core.specs import stable_steps
     from rankcollapse.plan import experiments, memory, tuned
     from rankcollapse.plan import training as trainplan
 
@@ -89,7 +90,7 @@ def ensembles(config: dict) -> list[dict]:
     if not {"E5", "E5b"} & set(config["report"]["experiments"]):
         return out
     grid = config["depth_grid"]
-    halving = {"eta": 3, "rungs": 3, **grid.get("halving", {})}
+    halving = {**tuned.HALVING, **grid.get("halving", {})}
     e5 = {*grid["variants"], *grid.get("placements", [])}
     for task, variant, depth in tuned.tuned_runs(config):
         experiment = "E5" if variant in e5 else "E5b"  # E5b's rival fixes are tuned arms too
@@ -102,15 +103,22 @@ def ensembles(config: dict) -> list[dict]:
                                     halving["rungs"])
         settings = len(tuned.grid(p["sweep"]))
         for rung, rung_steps in enumerate(budgets):
+            if rung and settings == 1:
+                break  # a lone survivor is not retrained: its full budget is the fresh seeds'
             team = settings * len(p["tuning_seeds"])
             for part in memory.split(list(range(team)), 1.0, float(fit)):
                 out.append({"experiment": experiment, "task": task, "depth": depth,
                             "members": len(part), "steps": rung_steps, "flops": flops,
                             "what": f"sweep rung {rung}"})
             settings = 1 if rung == len(budgets) - 1 else math.ceil(settings / halving["eta"])
+        # The fresh seeds: a trunk to the longest budget of their curve, and each shorter
+        # budget's cool-down branched off it.
+        trunk = max([steps, *p["budgets"]])
+        cooldown = p["train_options"]["cooldown"]
+        branched = sum(b - stable_steps(b, cooldown) for b in {*p["budgets"], steps} - {trunk})
         out.append({"experiment": experiment, "task": task, "depth": depth,
-                    "members": len(p["final_seeds"]), "steps": steps, "flops": flops,
-                    "what": "final"})
+                    "members": len(p["final_seeds"]), "steps": trunk + branched,
+                    "flops": flops, "what": "final"})
     return out
 
 

@@ -13,10 +13,14 @@
 # similarity escalates, and that de-escalating the attention output, Y ← (I − τΠ₁)Y, lets them
 # go deep, approaching pre-norm. One optimiser recipe for every variant and depth would measure
 # the recipe as much as the architecture, so here **every arm (task, variant, depth) is tuned on
-# its own**: a sweep of peak learning rate × warm-up on a tuning seed, all settings trained as
-# one batched ensemble and scored on a validation split carved from the training set; then
-# fresh seeds (never the tuning seed) train at the selected setting and are scored on the test
-# split. Two tasks, the small-scale analogues of the paper's two: **digits** (8×8 images as 16
+# its own**: a sweep of the peak learning rate on three tuning seeds, all settings trained as
+# one batched ensemble and scored on a validation split carved from the training set, selected
+# by the mean validation loss over the tuning seeds (successive halving: the best third of each
+# rung goes on); then fresh seeds (never a tuning seed) train at the selected setting and are
+# scored on the test split. A trainability verdict needs a control that has converged: every
+# network trains a warmup-stable-decay schedule, and the fresh seeds are also evaluated at the
+# budgets of a **budget curve**, each a complete run of that length (a cool-down branched off
+# one run's stable phase), so the report shows the tuned metric against the training budget. Two tasks, the small-scale analogues of the paper's two: **digits** (8×8 images as 16
 # patch tokens + a class token, ViT-style; test accuracy) and **text** (a causal character-level
 # language model on the Python reference manual's topic texts that ship with the standard
 # library, `pydoc_data.topics`, split into contiguous 90/5/5 train/validation/test blocks; test
@@ -35,14 +39,13 @@ experiment = "E5"
 tables = {"metrics": "results/tables/E5_metrics.parquet",
           "history": "results/tables/E5_history.parquet",
           "tuning": "results/tables/E5_tuning.parquet"}
-settings = {
+settings = {  # papermill injects the run's config blocks (depth_grid, train, tasks)
     "depth_grid": {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln", "post_ln_deesc"],
-                   "depths": {"digits": [2, 4, 8], "text": [2, 4, 8]},
-                   "placements": ["post_ln_deesc_mlp", "post_ln_deesc_out"],
-                   "placement_tasks": ["digits"], "seeds": [0, 1, 2, 3, 4],
-                   "tuning_seeds": [100], "steps": 200, "batch": 32,
-                   "lr": [0.0003, 0.001, 0.003, 0.01, 0.03], "warmup": [10, 40],
-                   "weight_decay": 0.01},
+                   "depths": {"digits": [2, 8, 32], "text": [2, 8]}, "placements": [],
+                   "seeds": [0, 1, 2, 3, 4], "tuning_seeds": [100, 101, 102],
+                   "steps": {2: 500, 8: 500, 32: 500}, "batch": 32, "warmup": 50,
+                   "lr": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1],
+                   "budget_curve": {"budgets": [125, 250, 500, 1000]}},
     "train": {"width": 32, "heads": 2, "mlp_ratio": 2},
     "tasks": {},
 }
@@ -59,6 +62,7 @@ from rankcollapse import io, plotting
 from rankcollapse.claims import e5 as e5_claims
 from rankcollapse.notebooks import section
 from rankcollapse.experiments.trained import (
+    budget_runs,
     edge_mark,
     final_accuracy,
     grid_edges,
@@ -66,50 +70,50 @@ from rankcollapse.experiments.trained import (
     seed_interval,
     selected_settings,
 )
+from rankcollapse.training.selection import decisions
 
 plotting.use_style()
 grid, train = settings["depth_grid"], settings["train"]
+if isinstance(grid["steps"], dict):  # papermill passes the depths as strings
+    grid["steps"] = {int(d): int(v) for d, v in grid["steps"].items()}
 metrics = io.read_parquet(tables["metrics"])
 history = io.read_parquet(tables["history"])
 tuning = io.read_parquet(tables["tuning"])
 runs = final_accuracy(metrics)
+curve = budget_runs(tuning, metrics)  # every final network at every budget of its curve
 tasks = [t for t in grid["tasks"] if t in set(runs.task)]
 placements = [v for v in grid.get("placements", []) if v in set(runs.variant)]
 variants = [v for v in grid["variants"] if v in set(runs.variant)]
 # Other arms at the deepest depth: E5b's rival fixes, tuned here as E5 arms (E5b compares them).
 others = sorted(set(runs.variant) - set(variants) - set(placements))
-METRIC = {"digits": ("accuracy", "test accuracy", "val_accuracy", "validation accuracy"),
-          "text": ("bpc", "test bits per character", "val_bpc", "validation bits per character")}
-tuning["val_bpc"] = tuning.val_loss / np.log(2)
+METRIC = {"digits": ("accuracy", "test accuracy"), "text": ("bpc", "test bits per character")}
 chosen = selected_settings(tuning)
+margins = decisions(tuning)  # each arm's runner-up, margin and spread at its deciding rung
 B = 1000
 n_seeds = runs.seed.nunique()
 print(f"{len(runs)} final runs: tasks {tasks}, variants {variants} + placements {placements}, "
       f"seeds {sorted(runs.seed.unique())}; diverged: {int(runs.diverged.sum())}; "
-      f"{int((tuning.role == 'sweep').sum())} sweep members")
+      f"{int((tuning.role == 'sweep').sum())} sweep members; "
+      f"{int(margins.near_tie.sum())} of {len(margins)} selections a near tie")
 
 # %% [markdown]
 # ## The sweep
-# Validation metric of every sweep member against its peak learning rate, one line per depth
-# and warm-up (solid, dashed, dotted: shortest to longest warm-up), a panel per arm; the star
-# marks the selected setting of each depth, larger with a red edge when the selection lies on an
-# edge of the grid that arm's sweep tried (its smallest or largest learning rate, warm-up or
-# swept weight decay): the optimum may then lie outside the grid. With successive halving each
-# setting is drawn at the last rung it reached. Diverged members are drawn at chance. On text the
-# validation and test blocks are different parts of the manual, so their bits per character
-# differ in level (the validation block is harder); the selection compares settings on one
-# block only.
+# Validation loss (the selection metric, mean over the tuning seeds) of every setting against
+# its peak learning rate, one line per depth, a panel per arm, each setting at the last rung it
+# reached; the star marks the selected setting of each depth, larger with a red edge when the
+# selection lies on an edge of the grid that arm's sweep tried (its smallest or largest
+# learning rate, warm-up or swept weight decay): the optimum may then lie outside the grid.
+# Diverged members are left out of the means (the ranking counts them as infinitely bad). On
+# text the validation and test blocks are different parts of the manual, so their losses differ
+# in level; the selection compares settings on one block only.
 
 # %%
-from rankcollapse.experiments.trained import edge_mark, grid_edges
-
 # Arms whose selected setting is the smallest or largest value their sweep tried (all rungs).
 edges = grid_edges(tuning)
 edges["grid_edge"] = [edge_mark(r) for _, r in edges.iterrows()]
 on_edge = {(r.task, r.variant, r.depth) for r in edges[edges.grid_edge != ""].itertuples()}
 sweep = last_rungs(tuning)  # with successive halving: each setting at the last rung it reached
-warmups = sorted(sweep.warmup.unique())
-styles = dict(zip(warmups, ["-", "--", ":", "-."]))
+sweep = sweep.assign(val_loss=sweep.val_loss.where(~sweep.diverged.astype(bool)))
 arms = variants + placements + others
 # One panel per arm that trained on a task (placements and rivals only where they ran).
 panels = [(task, a) for task in tasks for a in arms
@@ -122,23 +126,20 @@ cmap = plt.get_cmap("viridis")
 for ax in axes.flat[len(panels):]:
     ax.axis("off")
 for k, (ax, (task, variant)) in enumerate(zip(axes.flat, panels)):
-    key, _, vkey, vlabel = METRIC[task]
     s = sweep[sweep.task == task]
     depths = sorted(s.depth.unique())
     sv = s[s.variant == variant]
     for i, depth in enumerate(depths):
         color = cmap(i / max(1, len(depths) - 1))
-        for warmup in warmups:
-            c = sv[(sv.depth == depth) & (sv.warmup == warmup)].groupby("peak_lr")[vkey].mean()
-            if len(c):
-                ax.plot(c.index, c.values, styles[warmup], color=color, lw=1.4, marker=".",
-                        label=f"L = {depth}" if warmup == warmups[0] else None)
+        c = sv[sv.depth == depth].groupby(["peak_lr", "rung_steps"], as_index=False).val_loss.mean()
+        if len(c):
+            ax.plot(c.peak_lr, c.val_loss, "-", color=color, lw=1.4, marker=".",
+                    label=f"L = {depth}")
         best = chosen[(chosen.task == task) & (chosen.variant == variant)
                       & (chosen.depth == depth)]
         for _, b in best.iterrows():
-            value = b.val_accuracy if task == "digits" else b.val_loss / np.log(2)
             edge = (task, variant, depth) in on_edge  # red-edged: on a grid edge
-            ax.plot(b.peak_lr, value, "*", color=color, ms=14 if edge else 11,
+            ax.plot(b.peak_lr, b.val_loss, "*", color=color, ms=14 if edge else 11,
                     mec="tab:red" if edge else "k", mew=1.8 if edge else 0.5)
     if any((task, variant, d) in on_edge for d in depths):
         ax.plot([], [], "*", color="w", ms=12, mec="tab:red", mew=1.8,
@@ -147,7 +148,7 @@ for k, (ax, (task, variant)) in enumerate(zip(axes.flat, panels)):
     ax.set_title(f"{task}: {plotting.variant_label(variant)}", fontsize=8)
     ax.set_xlabel("peak learning rate")
     if k % ncols == 0 or panels[k - 1][0] != task:
-        ax.set_ylabel(vlabel)
+        ax.set_ylabel("validation loss (nats)")
     ax.legend(frameon=False, fontsize=7)
 fig_sweep = plotting.save(fig, figures_dir, "sweep")
 
@@ -172,7 +173,7 @@ summary = arm_summary(runs)
 fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False,
                          constrained_layout=True)
 for ax, task in zip(axes[0], tasks):
-    key, label, _, _ = METRIC[task]
+    key, label = METRIC[task]
     t, st = runs[runs.task == task], summary[summary.task == task]
     depths = sorted(t.depth.unique())
     for i, variant in enumerate(variants):
@@ -200,6 +201,92 @@ for ax, task in zip(axes[0], tasks):
     ax.set_title(f"{task}: each arm tuned, {n_seeds} seeds")
     ax.legend(frameon=False, fontsize=7)
 fig_acc = plotting.save(fig, figures_dir, "tuned_vs_depth")
+
+# %% [markdown]
+# ## The budget curve at the deepest depth
+# The tuned test metric of every arm at the deepest depth of each task against the training
+# budget: each point a complete run of that many steps (a cool-down branched off the stable
+# phase of one warmup-stable-decay run, at the learning rate selected for the arm's own budget;
+# the curve's variants run past it, the others up to it). Mean over the fresh seeds (line), its
+# 95% interval (band), the default budget dotted. The control-converged check reads pre-LN's
+# move from the default budget to the next longer one.
+
+# %%
+def curve_summary(c):
+    rows = []
+    for (task, variant, depth, budget), g in c.groupby(["task", "variant", "depth", "budget"]):
+        mean, lo, hi, how = seed_interval(g.sort_values("seed")[METRIC[task][0]], B)
+        rows.append({"task": task, "variant": variant, "depth": int(depth), "budget": int(budget),
+                     "mean": mean, "low": lo, "high": hi, "seeds": int(g.seed.nunique()),
+                     "method": how})
+    return pd.DataFrame(rows, columns=["task", "variant", "depth", "budget", "mean", "low",
+                                       "high", "seeds", "method"])
+
+
+budget_table = curve_summary(curve)
+deciding = e5_claims.deciding_budgets(curve)
+fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4), squeeze=False,
+                         constrained_layout=True)
+for ax, task in zip(axes[0], tasks):
+    key, label = METRIC[task]
+    bt = budget_table[budget_table.task == task]
+    deepest = int(bt.depth.max()) if len(bt) else 0
+    bt = bt[bt.depth == deepest]
+    for variant in arms:
+        bv = bt[bt.variant == variant].sort_values("budget")
+        if len(bv):
+            color = plotting.variant_color(variant)
+            ax.plot(bv.budget, bv["mean"], "-o", ms=3.5, color=color, lw=1.6,
+                    label=plotting.variant_label(variant))
+            ax.fill_between(bv.budget, bv.low, bv.high, color=color, alpha=0.15, lw=0)
+    if task in deciding:
+        ax.axvline(deciding[task]["steps"], color="grey", ls=":", lw=1)
+        ax.text(deciding[task]["steps"], ax.get_ylim()[0], " default budget", color="grey",
+                fontsize=7, va="bottom", rotation=90)
+    ax.set_xscale("log", base=2)
+    budgets = sorted(bt.budget.unique())
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.set_xlabel("training budget (steps per network)")
+    ax.set_ylabel(f"tuned {label}")
+    ax.set_title(f"{task}, L = {deepest}: the metric against the budget")
+    ax.legend(frameon=False, fontsize=7)
+fig_budget = plotting.save(fig, figures_dir, "budget_curve")
+
+# %% [markdown]
+# ## Learning curves at the deepest depth
+# Each arm's fresh seeds at the deepest depth of each task, step by step: training loss (20-step
+# running mean, mean over seeds; top) and the test metric at the evaluation steps of its run
+# (mean and range over seeds; bottom; the last point is the end of the cool-down).
+
+# %%
+fig, axes = plt.subplots(2, len(tasks), figsize=(5.5 * len(tasks), 6.2), squeeze=False,
+                         constrained_layout=True, sharex="col")
+for col, task in enumerate(tasks):
+    key, label = METRIC[task]
+    h = history[history.task == task]
+    deepest = int(h.depth.max()) if len(h) else 0
+    h = h[h.depth == deepest]
+    for variant in arms:
+        hv = h[h.variant == variant]
+        if not len(hv):
+            continue
+        color = plotting.variant_color(variant)
+        loss = hv.groupby("step").loss.mean().rolling(20, min_periods=1).mean()
+        axes[0, col].plot(loss.index, loss.values, color=color, lw=1.2,
+                          label=plotting.variant_label(variant))
+        ev = hv[hv.test_loss.notna()].assign(
+            accuracy=lambda d: d.test_accuracy, bpc=lambda d: d.test_loss / np.log(2))
+        if len(ev):
+            stats = ev.groupby("step")[key].agg(["mean", "min", "max"])
+            axes[1, col].plot(stats.index, stats["mean"], "-o", ms=3, color=color, lw=1.2)
+            axes[1, col].fill_between(stats.index, stats["min"], stats["max"], color=color,
+                                      alpha=0.15, lw=0)
+    axes[0, col].set_title(f"{task}, L = {deepest}")
+    axes[0, col].set_ylabel("training loss")
+    axes[1, col].set_ylabel(label)
+    axes[1, col].set_xlabel("step")
+    axes[0, col].legend(frameon=False, fontsize=7)
+fig_learning = plotting.save(fig, figures_dir, "learning_curves")
 
 # %% [markdown]
 # ## Token similarity of the trained models
@@ -243,8 +330,8 @@ for ax, (task, depth) in zip(axes[0], panels):
     for variant in arms:
         hv = h[h.variant == variant]
         if len(hv):
-            curve = hv.groupby("step").loss.mean().rolling(20, min_periods=1).mean()
-            ax.plot(curve.index, curve.values, color=plotting.variant_color(variant), lw=1.2,
+            smooth = hv.groupby("step").loss.mean().rolling(20, min_periods=1).mean()
+            ax.plot(smooth.index, smooth.values, color=plotting.variant_color(variant), lw=1.2,
                     label=plotting.variant_label(variant))
     ax.set_title(f"{task}, L = {depth}", fontsize=8)
     ax.set_xlabel("step")
@@ -262,17 +349,34 @@ def fmt(row):
     return f"{row['mean']:.3f} [{row.low:.3f}, {row.high:.3f}]{d}"
 
 
+def margin_text(row):
+    """The selection's margin over its runner-up at the deciding rung (validation loss), the
+    spread of that margin over tuning seeds, and the near-tie mark."""
+    if not np.isfinite(row.runner_up_lr):
+        return "—"
+    spread = f"{row.spread:.3f}" if np.isfinite(row.spread) else "—"
+    tie = " NEAR TIE" if row.near_tie else ""
+    return (f"{row.margin:.3f} over lr {row.runner_up_lr:g} (spread {spread}; won {row.wins} of "
+            f"{row.tuning_seeds} seeds; {row.rung_steps} steps){tie}")
+
+
 table = summary.merge(chosen, on=["task", "variant", "depth"], how="left").merge(
-    edges, on=["task", "variant", "depth"], how="left")
+    edges, on=["task", "variant", "depth"], how="left").merge(
+    margins.drop(columns=["metric"]), on=["task", "variant", "depth"], how="left")
 edge_columns = ["lr_edge", "warmup_edge", "weight_decay_edge", "grid_edge"]
 table[edge_columns] = table[edge_columns].fillna("")
 table = table.assign(
     arm=table.variant.map(plotting.variant_label), test=[fmt(r) for _, r in table.iterrows()],
-    lr=table.peak_lr.map(lambda v: f"{v:g}"), warmup=table.warmup.astype("Int64"))
-shown = table[["task", "arm", "depth", "lr", "warmup", "tuned_by", "grid_edge", "test",
+    lr=table.peak_lr.map(lambda v: f"{v:g}"), warmup=table.warmup.astype("Int64"),
+    selection=[margin_text(r) for r in table.itertuples()],
+    steps=[int(curve[(curve.task == r.task) & (curve.variant == r.variant)
+                     & (curve.depth == r.depth) & curve.default].budget.iloc[0])
+           for r in table.itertuples()])
+shown = table[["task", "arm", "depth", "steps", "lr", "selection", "grid_edge", "test",
                "seeds"]].rename(
     columns={"test": "test metric, mean [95% interval]", "lr": "selected lr",
-             "warmup": "selected warm-up", "tuned_by": "selected by", "grid_edge": "grid edge"})
+             "selection": "margin over the runner-up (validation loss)",
+             "grid_edge": "grid edge", "steps": "budget (steps)"})
 table_html = shown.to_html(index=False, border=0, classes="data")
 edge_arms = table[table.grid_edge != ""]
 edge_count = (f"{len(edge_arms)} of {len(table)} arms selected a setting on an edge of the "
@@ -280,7 +384,12 @@ edge_count = (f"{len(edge_arms)} of {len(table)} arms selected a setting on an e
 edge_list = "; ".join(f"{r.task} {r.arm} L = {r.depth} ({r.grid_edge})"
                       for r in edge_arms.itertuples())
 edge_line = f"{edge_count}: {edge_list}" if len(edge_arms) else edge_count
+ties = table[table.near_tie.fillna(False).astype(bool)]
+tie_line = (f"{len(ties)} of {len(table)} selections are near ties (margin inside the spread)"
+            + (": " + "; ".join(f"{r.task} {r.arm} L = {r.depth}" for r in ties.itertuples())
+               if len(ties) else ""))
 print(edge_line)
+print(tie_line)
 shown
 
 # %% [markdown]
@@ -317,7 +426,7 @@ gaps
 # resampling whole seeds (every arm's network of a seed together, so arms stay paired).
 
 # %%
-measurements = e5_claims.measure(runs, B, steps=settings["depth_grid"].get("steps"))
+measurements = e5_claims.measure(runs, B, curve=curve)
 pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
@@ -325,20 +434,30 @@ def deepest_text(task):
     st = table[table.task == task]
     deepest = int(st.depth.max())
     parts = [f"{plotting.variant_label(r.variant)} {r['mean']:.3f} [{r.low:.3f}, {r.high:.3f}] "
-             f"(lr {r.peak_lr:g}, warm-up {int(r.warmup)})"
-             for _, r in st[st.depth == deepest].iterrows()]
+             f"(lr {r.peak_lr:g})" for _, r in st[st.depth == deepest].iterrows()]
     return f"{task} at depth {deepest} ({METRIC[task][1]}): " + "; ".join(parts)
 
 
+def budgets_text():
+    """Each depth's budget, as the runs trained it."""
+    steps = curve[curve.default].groupby("depth").budget.first()
+    return (f"{steps.iloc[0]} at every depth" if steps.nunique() == 1 else
+            ", ".join(f"{v} at depth {d}" for d, v in steps.items()))
+
+
 method = summary.method.iloc[0] if len(summary) else ""
+curve_budgets = (grid.get("budget_curve") or {}).get("budgets", [])
 description = (
-    f"Every arm tuned over peak lr {grid['lr']} × warm-up {grid['warmup']} on tuning seed(s) "
-    f"{grid['tuning_seeds']} ({grid['steps']} steps, batch {grid['batch']}, width "
-    f"{train.get('width')}), selected on the validation split by "
-    f"{' / '.join(sorted(chosen.tuned_by.unique()))}, then {n_seeds} fresh seeds at "
-    f"the selected setting; intervals: {method}. "
+    f"Every arm tuned over peak lr {grid['lr']} (warm-up {grid['warmup']}) on tuning seeds "
+    f"{grid['tuning_seeds']}, selected by "
+    f"{' / '.join(sorted(chosen.tuned_by.unique()))} on the mean validation loss, then "
+    f"{n_seeds} fresh seeds at the selected setting (batch {grid['batch']}, width "
+    f"{train.get('width')}); budgets (steps per network): {budgets_text()}"
+    + (f"; the fresh seeds also at budgets {curve_budgets}" if curve_budgets else "")
+    + f"; intervals: {method}. "
     + ". ".join(deepest_text(t) for t in tasks)
-    + f". {int(runs.diverged.sum())} of {len(runs)} final runs diverged. {edge_count}."
+    + f". {int(runs.diverged.sum())} of {len(runs)} final runs diverged. {edge_count}. "
+    f"{tie_line}."
 )
 print(description)
 io.write_json(section(
@@ -346,17 +465,24 @@ io.write_json(section(
     "Yu & Zhang (arXiv 2312.06182)", description,
     figures=[
         {"name": "sweep", **fig_sweep, "caption":
-         "The sweep: validation metric against peak learning rate for each depth (colour)"
-         + (" and warm-up (solid, dashed, dotted: shortest to longest)" if len(warmups) > 1
-            else f" at a warm-up of {warmups[0]} steps")
-         + ", a panel per task and arm, each setting at the last rung it reached; stars: the "
-         "selected setting; larger red-edged stars: a selection on an edge of the grid the "
-         "arm's sweep tried (its smallest or largest learning rate, warm-up or swept weight "
-         "decay), whose optimum may lie outside the grid."},
+         "The sweep: validation loss (the selection metric, mean over the tuning seeds) against "
+         "peak learning rate for each depth (colour), a panel per task and arm, each setting at "
+         "the last rung it reached; stars: the selected setting; larger red-edged stars: a "
+         "selection on an edge of the grid the arm's sweep tried, whose optimum may lie "
+         "outside the grid."},
         {"name": "tuned_vs_depth", **fig_acc, "caption":
-         f"Tuned test metric against depth per variant: mean over {n_seeds} fresh seeds (line), "
-         f"{method} (band), single seeds (dots), diverged runs (crosses); diamonds: the "
-         "de-escalation placements at the deepest depth."},
+         f"Tuned test metric against depth per variant, each depth at its own budget: mean over "
+         f"{n_seeds} fresh seeds (line), {method} (band), single seeds (dots), diverged runs "
+         "(crosses); diamonds: the de-escalation placements at the deepest depth."},
+        {"name": "budget_curve", **fig_budget, "caption":
+         "The budget curve at each task's deepest depth: the tuned test metric of every arm "
+         "against the training budget, each point a complete warmup-stable-decay run of that "
+         f"many steps at the arm's selected learning rate; mean over {n_seeds} fresh seeds "
+         f"(line), {method} (band); dotted: the default budget, where the claims are judged."},
+        {"name": "learning_curves", **fig_learning, "caption":
+         "Learning curves of every arm at each task's deepest depth: training loss (20-step "
+         "running mean, mean over seeds) and the test metric at the evaluation steps (mean and "
+         "range over seeds)."},
         {"name": "tsim_trained", **fig_tsim, "caption":
          "Per-layer token similarity of the trained models at each task's deepest depth, "
          "median over sequences and seeds; solid: after the block, dotted: after its "
@@ -364,10 +490,13 @@ io.write_json(section(
         {"name": "training_loss", **fig_loss, "caption":
          "Training loss of the final seeds (mean over seeds, 20-step running mean)."},
     ],
-    tables=[{"caption": "Selected learning rate and warm-up per arm and its tuned test metric "
-             f"(mean over seeds [{method}]); grid edge: which selected values are the smallest "
-             "(low) or largest (high) value the arm's sweep tried, a setting swept over one "
-             f"value never counting. {edge_line}.", "html": table_html},
+    tables=[{"caption": "Per arm: its training budget, the selected learning rate, how clearly "
+             "it was selected (its margin in mean validation loss over the runner-up at the "
+             "deciding rung, the spread of that margin over the tuning seeds, on how many "
+             "seeds it won, the rung's steps; NEAR TIE: the margin lies inside the spread, "
+             "another seed or CPU could flip the choice), grid edge (a selected value that is "
+             "the smallest or largest value the arm's sweep tried) and its tuned test metric "
+             f"(mean over seeds [{method}]). {edge_line}. {tie_line}.", "html": table_html},
             {"caption": "Per task and depth: tuned test metric of post-LN, pre-LN and "
              "de-escalation (mean over seeds), the post-LN → pre-LN gap, the share of it that "
              "de-escalation recovers, and whether the registered recovery claim (gap ≥ "
@@ -377,5 +506,7 @@ io.write_json(section(
     numbers={"arms": table.drop(columns=["arm", "test"]).to_dict(orient="records"),
              "grid_edges": edge_arms[["task", "variant", "depth", *edge_columns]].to_dict(
                  orient="records"),
+             "budgets": deciding,
+             "budget_curve": budget_table.to_dict(orient="records"),
              "runs": runs.drop(columns=["test_loss"]).to_dict(orient="records")},
 ), numbers_path)

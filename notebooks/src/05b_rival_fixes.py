@@ -18,6 +18,9 @@
 #   A ← A − (1/n)11ᵀ, removing the outlier eigenvalue that separates a random Markov attention
 #   matrix's top singular value from the rest;
 # - **scaled residual branches** (Noci et al., NeurIPS 2022): every branch × 1/√L;
+# - **DeepNorm** (Wang et al. 2022, DeepNet): the residual × α = (2L)^¼ before each post-LN, and
+#   the value, output and feed-forward weights initialised smaller by (8L)^¼ (the reference
+#   code's rescaling of the default initialisation);
 #
 # with pre-LN and plain post-LN as references. (I − Π₁)A equals A − (1/n)11ᵀ only when A is
 # doubly stochastic: de-escalation removes the token mean of the *output*, centred attention
@@ -28,10 +31,12 @@
 experiment = "E5b"
 tables = {"metrics": "results/tables/E5_metrics.parquet",
           "tuning": "results/tables/E5_tuning.parquet"}
-settings = {
-    "rival_fixes": {"task": "digits", "variants": ["post_ln_center", "post_ln_scaled"]},
-    "depth_grid": {"variants": ["post_ln", "pre_ln", "post_ln_deesc"], "steps": 200,
-                   "lr": [0.0003, 0.001, 0.003], "warmup": 20},
+settings = {  # papermill injects the run's config blocks (rival_fixes, depth_grid)
+    "rival_fixes": {"task": "digits",
+                    "variants": ["post_ln_center", "post_ln_scaled", "post_ln_deepnorm"]},
+    "depth_grid": {"variants": ["post_ln", "pre_ln", "post_ln_deesc"],
+                   "steps": {2: 500, 8: 500, 32: 500}, "tuning_seeds": [100, 101, 102],
+                   "lr": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1], "warmup": 50},
 }
 figures_dir = "report/figures/E5b"
 numbers_path = "results/numbers/E5b.json"
@@ -45,13 +50,18 @@ from rankcollapse import io, plotting
 from rankcollapse.claims import e5b as e5b_claims
 from rankcollapse.notebooks import section
 from rankcollapse.experiments.trained import final_accuracy, selected_settings
+from rankcollapse.training.selection import decisions
 
 plotting.use_style()
 rivals, grid = settings["rival_fixes"], settings["depth_grid"]
+if isinstance(grid["steps"], dict):  # papermill passes the depths as strings
+    grid["steps"] = {int(d): int(v) for d, v in grid["steps"].items()}
 task = rivals["task"]
 metrics = io.read_parquet(tables["metrics"])
 metrics = metrics[metrics.task == task]
-chosen = selected_settings(io.read_parquet(tables["tuning"]))
+tuning = io.read_parquet(tables["tuning"])
+chosen = selected_settings(tuning)
+margins = decisions(tuning)
 runs = final_accuracy(metrics)
 rival_runs = runs[runs.variant.isin(rivals["variants"])]
 L = int((rival_runs if len(rival_runs) else runs).depth.max())
@@ -105,10 +115,15 @@ rows = []
 for variant in variants:
     acc = runs[runs.variant == variant].accuracy
     sel = chosen[(chosen.task == task) & (chosen.variant == variant) & (chosen.depth == L)]
+    dec = margins[(margins.task == task) & (margins.variant == variant) & (margins.depth == L)]
     rows.append({
         "variant": plotting.variant_label(variant),
-        "selected lr, warm-up": (f"{sel.peak_lr.iloc[0]:g}, {int(sel.warmup.iloc[0])}"
-                                 if len(sel) else "—"),
+        "selected lr": f"{sel.peak_lr.iloc[0]:g}" if len(sel) else "—",
+        "margin over the runner-up (validation loss)": (
+            f"{dec.margin.iloc[0]:.3f} over lr {dec.runner_up_lr.iloc[0]:g} (spread "
+            f"{dec.spread.iloc[0]:.3f}; won {dec.wins.iloc[0]} of {dec.tuning_seeds.iloc[0]} seeds)"
+            + (" NEAR TIE" if dec.near_tie.iloc[0] else "")
+            if len(dec) and np.isfinite(dec.runner_up_lr.iloc[0]) else "—"),
         f"accuracy at depth {L} (mean; seeds)": f"{acc.mean():.3f} ("
         + ", ".join(f"{a:.3f}" for a in acc) + ")",
         f"t_sim at init, {task}, layer {L}": f"{tsim_last(m_init, variant):.3f}",
@@ -127,10 +142,12 @@ measurements = e5b_claims.measure(runs, m_init, B)
 pd.DataFrame([m.to_dict() for m in measurements])[["id", "value", "method", "n"]]
 
 # %%
+steps = int(tuning[(tuning.role == "final") & (tuning.depth == L)].rung_steps.iloc[0])
 description = (
     f"{len(variants)} variants at depth {L} on {task}, each tuned on its own as an arm of E5 "
-    f"(peak lr {grid['lr']} × warm-up {grid['warmup']}, {grid['steps']} steps, selected on "
-    f"validation), {runs.seed.nunique()} fresh seeds each. Mean test accuracy: "
+    f"(peak lr {grid['lr']}, warm-up {grid['warmup']}, {steps} steps, selected on the mean "
+    f"validation loss over tuning seeds {grid['tuning_seeds']}), {runs.seed.nunique()} fresh "
+    "seeds each. Mean test accuracy: "
     + ", ".join(f"{plotting.variant_label(v)} {runs[runs.variant == v].accuracy.mean():.2f}"
                 for v in variants) + "."
 )
@@ -144,8 +161,11 @@ io.write_json(section(
               "over seeds; dots: seeds; dotted: chance). (b, c) Token similarity t_sim per layer "
               f"of the same {task} models before and after training (mean over the fixed "
               "evaluation batch and seeds)."}],
-    tables=[{"caption": f"Selected setting, accuracy at depth {L} and token similarity at the "
-             "last layer at initialisation, per fix.", "html": summary_table.to_html(index=False, border=0,
+    tables=[{"caption": f"Per fix: the selected learning rate and how clearly it was selected "
+             "(margin in mean validation loss over the runner-up at the deciding rung, the "
+             "spread of that margin over the tuning seeds, on how many seeds it won; NEAR TIE: "
+             f"the margin lies inside the spread), accuracy at depth {L} and token similarity "
+             "at the last layer at initialisation.", "html": summary_table.to_html(index=False, border=0,
                                                                        classes="data")}],
     measurements=measurements,
     numbers={"depth": L, "accuracy": runs.groupby("variant").accuracy.mean().to_dict()},

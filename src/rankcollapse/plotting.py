@@ -30,6 +30,7 @@ VARIANT_COLORS = {
     "post_ln_deesc_nomlp": "#117733",
     "post_ln_center": "#999933",
     "post_ln_scaled": "#CC6677",
+    "post_ln_deepnorm": "#332288",  # Paul Tol's indigo
 }
 
 VARIANT_LABELS = {
@@ -47,6 +48,7 @@ VARIANT_LABELS = {
     "post_ln_deesc_nomlp": "post-LN + de-escalation, no MLP",
     "post_ln_center": "post-LN + centred attention",
     "post_ln_scaled": "post-LN + 1/√L branches",
+    "post_ln_deepnorm": "post-LN + DeepNorm",
 }
 
 

@@ -178,7 +178,9 @@ def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
     """The abstract's paragraphs: what was done (fixed text), the headline claims' verdict
     sentences (generated), and the tallies. Only `paper` claims are tallied per paper; checks and
     our own extensions are counted apart."""
-    short = {r["id"]: short_sentence(r) for r in rows if r.get("headline")}
+    notes = headline_notes(sections, rows)
+    short = {r["id"]: " ".join(filter(None, (short_sentence(r), notes.get(r["id"]))))
+             for r in rows if r.get("headline")}
     headlines = [short[r["id"]] for r in rows if r["id"] in short]
     papers = [r for r in rows if r["kind"] == "paper"]
     by_paper: dict[str, list[dict]] = defaultdict(list)
@@ -201,6 +203,22 @@ def abstract(sections: list[dict], rows: list[dict]) -> list[str]:
            f"registered diagnostics by the rule of the methods: {diagnosis_tally(papers)}."]
           if any(r.get("diagnosis") for r in papers) else []),
     ]
+
+
+def headline_notes(sections: list[dict], rows: list[dict]) -> dict[str, str]:
+    """{headline claim id: what decided it}, from its experiment's claims module's
+    `headline_note(row, rows, section)` where it has one (E5: the deciding depth's budget and
+    whether the control converged there), generated from verdicts and the section's numbers."""
+    by_experiment = {s["experiment"]: s for s in sections}
+    out = {}
+    for row in rows:
+        if not row.get("headline"):
+            continue
+        note = getattr(import_module(experiment_record(row["experiment"]).claims),
+                       "headline_note", None)
+        if note is not None:
+            out[row["id"]] = note(row, rows, by_experiment.get(row["experiment"]))
+    return out
 
 
 def short_sentence(row: dict) -> str:

@@ -6,7 +6,8 @@ calling the module under test. The wiring, as model.py's docstring states it:
 
     sublayer(x) = post( skip * x + s * branch(pre(x)) )
       pre  = LN for norm "pre", else identity;   post = LN for norm "post", else identity
-      skip = 1 or 0;   s = 1/sqrt(L) for branch_scale "inv_sqrt_depth", else 1
+      skip = 1 or 0, or DeepNorm's alpha = (2L)^(1/4) (post-LN only);
+      s = 1/sqrt(L) for branch_scale "inv_sqrt_depth", else 1
     attention branch:  (A - [center] 11^T/n) V W_O per head, then  Y <- Y - tau * mean_tokens(Y)
     block(x) = mlp_sublayer(attention_sublayer(x))
 
@@ -57,6 +58,11 @@ CONFIGS = {
         config(norm, skip, mlp, **extra)
     for norm, skip, mlp, (name, extra) in itertools.product(NORMS, [True, False], [True, False],
                                                             EXTRAS.items())
+}
+CONFIGS |= {  # DeepNorm exists only with post-LN and the skip
+    f"post-skip-{'mlp' if mlp else 'nomlp'}-{name}-deepnorm":
+        config("post", True, mlp, deepnorm=True, **extra)
+    for mlp, (name, extra) in itertools.product([True, False], EXTRAS.items())
 }
 
 
@@ -170,7 +176,7 @@ def mlp(x: Tensor, w: Weights) -> Tensor:
 def block_by_hand(x: Tensor, w: Weights, cfg: ModelConfig) -> tuple[Tensor, Tensor]:
     """The documented wiring: (block output (B, N, D), attention maps (B, H, N, N))."""
     s = 1 / math.sqrt(cfg.depth) if cfg.branch_scale == "inv_sqrt_depth" else 1.0
-    r = 1.0 if cfg.skip else 0.0
+    r = (2 * cfg.depth) ** 0.25 if cfg.deepnorm else 1.0 if cfg.skip else 0.0
     h, a = attention(layer_norm(x, w.ln["attn_in"]) if cfg.norm == "pre" else x, w,
                      cfg.temperature, cfg.center_attention)
     h = h - cfg.deescalate * token_mean(h)  # de-escalation: on the attention branch alone
@@ -421,6 +427,36 @@ def test_branch_scale_multiplies_both_branches_not_the_residual(norm):
     assert far(out, wired(1.0, 0.5, 1.0))  # MLP branch only
     assert far(out, wired(1.0, 1.0, 0.5))  # the residual instead of the branches
     assert far(out, wired(1.0, 1.0, 1.0))
+
+
+# --- DeepNorm: the residual scaled by alpha before the post-LN --------------------------------
+
+@pytest.mark.parametrize("depth", [4, 32])
+def test_deepnorm_scales_the_residual_before_each_post_ln(depth):
+    """deepnorm: z = LN(alpha x + attention(x)), then LN(alpha z + mlp(z)), alpha = (2L)^(1/4)
+    (8^(1/4) ~ 1.68 at L = 4, 64^(1/4) ~ 2.83 at L = 32): the residual is scaled, not the
+    branch, and the scale applies around both sublayers."""
+    w, x = draw(9), tokens()
+    alpha = (2 * depth) ** 0.25
+    assert alpha == pytest.approx({4: 1.6817928, 32: 2.8284271}[depth])
+    cfg = replace(config("post", deepnorm=True), depth=depth)
+    h, _ = attention(x, w)
+    ln_attn = layer_norm(alpha * x + h, w.ln["attn_out"])  # LN(alpha x + attention(x)) by hand
+    attn_only = block_with(w, replace(cfg, mlp=False))
+    for capture in (False, True):
+        torch.testing.assert_close(attn_only(x, capture)[0], ln_attn, rtol=1e-9, atol=1e-11)
+    assert far(ln_attn, layer_norm(x + h, w.ln["attn_out"]))  # plain post-LN: wrong
+    assert far(ln_attn, layer_norm(x + alpha * h, w.ln["attn_out"]))  # branch scaled: wrong
+
+    def wired(a_attn: float, a_mlp: float) -> Tensor:
+        z = layer_norm(a_attn * x + h, w.ln["attn_out"])
+        return layer_norm(a_mlp * z + mlp(z, w), w.ln["ffn.out"])
+
+    out, mid, _ = block_with(w, cfg)(x)
+    torch.testing.assert_close(mid, ln_attn, rtol=1e-9, atol=1e-11)
+    torch.testing.assert_close(out, wired(alpha, alpha), rtol=1e-9, atol=1e-11)
+    assert far(out, wired(alpha, 1.0))  # attention sublayer only: wrong
+    assert far(out, wired(1.0, alpha))  # MLP sublayer only: wrong
 
 
 # --- the captured trace and the fused path -----------------------------------------------------

@@ -1,7 +1,14 @@
 import pytest
 import torch
 
-from rankcollapse.core.model import PRESETS, ModelConfig, Transformer, build, token_mean
+from rankcollapse.core.model import (
+    PRESETS,
+    ModelConfig,
+    Transformer,
+    build,
+    build_task_model,
+    token_mean,
+)
 
 VARIANTS = sorted(PRESETS)
 
@@ -197,3 +204,85 @@ def test_prefix_mean():
     x = torch.arange(6.0).view(1, 3, 2)
     torch.testing.assert_close(token_mean(x, causal=True)[0, 1], x[0, :2].mean(0))
     torch.testing.assert_close(token_mean(x)[0, 0], x[0].mean(0))
+
+
+# --- DeepNorm (Wang et al. 2022) -----------------------------------------------------------
+
+TASK = {"inputs": "features", "input_dim": 12, "tokens": 5, "classes": 3,
+        "readout": "class_token"}
+
+
+def _task_model(seed: int, **switches) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_task_model(PRESETS["post_ln"], TASK, depth=32, width=16, heads=2, **switches)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_deepnorm_init_divides_v_proj_and_mlp_by_eight_l_to_the_quarter(bias):
+    """N = 32: alpha = 64^(1/4) ~ 2.83 on every residual; the value rows of qkv, proj and both
+    MLP matrices are exactly the ordinary init (same seed) / 256^(1/4) = 4; q and k rows,
+    the LayerNorms, the embedding, positions and head are untouched."""
+    cfg = ModelConfig(depth=32, deepnorm=True)
+    assert cfg.skip_factor == pytest.approx(2.8284271247, rel=1e-9)
+    assert cfg.deepnorm_init_divisor == 4.0
+    plain, deep = _task_model(7, bias=bias), _task_model(7, bias=bias, deepnorm=True)
+    for block in deep.stack.blocks:
+        assert block.skip == cfg.skip_factor and block.ffn.skip == cfg.skip_factor
+        assert block.scale == 1.0 and block.ffn.scale == 1.0  # branch_factor unchanged
+
+    shrunk = {"attn.proj.weight", "attn.proj.bias", "ffn.f.0.weight", "ffn.f.0.bias",
+              "ffn.f.2.weight", "ffn.f.2.bias"}
+    ref = dict(plain.named_parameters())
+    names = set()
+    for name, p in deep.named_parameters():
+        expected = ref[name].detach()
+        local = name.split(".", 3)[-1] if name.startswith("stack.blocks.") else ""
+        if local in shrunk:
+            expected = expected / 4
+        elif local in ("attn.qkv.weight", "attn.qkv.bias"):
+            expected = torch.cat([expected[:32], expected[32:] / 4])  # q, k kept; v / 4
+        torch.testing.assert_close(p.detach(), expected, rtol=0, atol=0)
+        names.add(local)
+    expected_names = {"attn.qkv.weight", "attn.proj.weight", "ffn.f.0.weight", "ffn.f.0.bias",
+                      "ffn.f.2.weight", "ffn.f.2.bias"}
+    assert expected_names | ({"attn.qkv.bias", "attn.proj.bias"} if bias else set()) <= names
+    # The check has teeth: the shrunk weights really differ, q and k rows really agree.
+    qkv_plain = plain.stack.blocks[5].attn.qkv.weight
+    qkv_deep = deep.stack.blocks[5].attn.qkv.weight
+    assert torch.equal(qkv_plain[:32], qkv_deep[:32])
+    assert not torch.equal(qkv_plain[32:], qkv_deep[32:])
+    f2 = (plain.stack.blocks[0].ffn.f[2].weight, deep.stack.blocks[0].ffn.f[2].weight)
+    assert torch.equal(f2[0] / 4, f2[1]) and not torch.equal(*f2)
+
+
+def test_deepnorm_init_constants_follow_depth():
+    for depth in (1, 6, 100):
+        cfg = ModelConfig(depth=depth, deepnorm=True)
+        assert cfg.skip_factor == pytest.approx((2 * depth) ** 0.25)
+        assert cfg.deepnorm_init_divisor == pytest.approx((8 * depth) ** 0.25)
+    off = ModelConfig(depth=32)
+    assert off.skip_factor == 1.0 and off.deepnorm_init_divisor == 1.0
+    assert ModelConfig(depth=32, skip=False, norm="none").skip_factor == 0.0
+
+
+def test_deepnorm_needs_post_ln_and_the_skip():
+    for bad in ({"norm": "pre"}, {"norm": "none"}, {"skip": False}):
+        with pytest.raises(ValueError, match="deepnorm.*norm='post' and skip=True"):
+            ModelConfig(deepnorm=True, **bad)
+    with pytest.raises(ValueError, match="deepnorm"):
+        ModelConfig.from_dict({**PRESETS["post_ln_deepnorm"], "norm": "pre"})
+    ModelConfig(deepnorm=True, mlp=False)  # attention + skip + post-LN alone is fine
+
+
+def test_deepnorm_preset_builds_a_task_model_that_runs():
+    torch.manual_seed(0)
+    model = build_task_model(PRESETS["post_ln_deepnorm"], TASK, depth=4, width=16, heads=2)
+    assert model.stack.cfg.deepnorm and model.stack.cfg.norm == "post"
+    assert model.stack.blocks[0].skip == pytest.approx(8 ** 0.25)
+    x = torch.randn(3, 5, 12)
+    logits, trace = model(x, capture=True)
+    assert logits.shape == (3, 3) and torch.isfinite(logits).all()
+    assert len(trace.hidden) == 5
+    torch.testing.assert_close(model(x)[0], logits)
+    logits.sum().backward()  # and trains: every parameter gets a gradient
+    assert all(p.grad is not None for p in model.parameters())

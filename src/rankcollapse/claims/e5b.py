@@ -10,7 +10,7 @@ import pandas as pd
 
 from rankcollapse.claims.measurement import Measurement, not_testable, over_runs
 
-FIXES = ("post_ln_deesc", "post_ln_center", "post_ln_scaled")
+FIXES = ("post_ln_deesc", "post_ln_center", "post_ln_scaled", "post_ln_deepnorm")
 IDS = tuple(f"E5b.{fix}_{what}" for fix in FIXES
             for what in ("trains_deep", "less_similar_at_init"))
 MIN_GAP = 0.05  # a post-LN -> pre-LN gap below this leaves nothing to recover (undefined)

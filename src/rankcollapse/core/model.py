@@ -55,6 +55,17 @@ def _linear(fan_in: int, fan_out: int, std: float | None, bias: bool = True) -> 
     return layer
 
 
+@torch.no_grad()
+def _shrink(layer: nn.Linear, divisor: float, rows: slice = slice(None)) -> None:
+    """Divide the output rows `rows` of a Linear's weight (and bias, if any) by divisor.
+
+    DeepNorm's init (Wang et al. 2022) in the reference code's form (microsoft/torchscale):
+    the ordinary init, then divided by (8L)^(1/4); not the paper's xavier-gain formulation."""
+    layer.weight[rows].div_(divisor)
+    if layer.bias is not None:
+        layer.bias[rows].div_(divisor)
+
+
 class SelfAttention(nn.Module):
     """Multi-head softmax self-attention with optional de-escalation of its output."""
 
@@ -67,6 +78,9 @@ class SelfAttention(nn.Module):
         self.deescalate = _centre(cfg, "branch")  # Yu & Zhang's placement, or Identity
         self.qkv = _linear(cfg.width, 3 * cfg.width, cfg.init_std, bias=cfg.bias)
         self.proj = _linear(cfg.width, cfg.width, cfg.init_std, bias=cfg.bias)
+        if cfg.deepnorm:  # v and W_O shrink; q and k keep their init (qkv's rows: q, k, v)
+            _shrink(self.qkv, cfg.deepnorm_init_divisor, rows=slice(2 * cfg.width, 3 * cfg.width))
+            _shrink(self.proj, cfg.deepnorm_init_divisor)
 
     def forward(self, x: Tensor, capture: bool = False) -> tuple[Tensor, Tensor | None]:
         """x: (B, n, d) -> (y: (B, n, d), attention (B, H, n, n) if capture else None)."""
@@ -104,13 +118,16 @@ class FeedForward(nn.Module):
         hidden = cfg.mlp_ratio * cfg.width
         self.inp = nn.LayerNorm(cfg.width) if cfg.norm == "pre" else nn.Identity()
         self.out = nn.LayerNorm(cfg.width) if cfg.norm == "post" else nn.Identity()
-        self.skip = float(cfg.skip)
+        self.skip = cfg.skip_factor  # 0, 1 or DeepNorm's alpha
         self.scale = cfg.branch_factor
         self.f = nn.Sequential(
             _linear(cfg.width, hidden, cfg.init_std),
             nn.GELU(),
             _linear(hidden, cfg.width, cfg.init_std),
         )
+        if cfg.deepnorm:  # DeepNorm shrinks both feed-forward matrices (and biases)
+            _shrink(self.f[0], cfg.deepnorm_init_divisor)
+            _shrink(self.f[2], cfg.deepnorm_init_divisor)
         self.centre_branch = _centre(cfg, "branch", mlp=True)  # de-escalated MLP output
         self.centre_out = _centre(cfg, "output", mlp=True)  # or centred after the post-LN
 
@@ -125,7 +142,8 @@ class Block(nn.Module):
         self.attn_in = nn.LayerNorm(cfg.width) if cfg.norm == "pre" else nn.Identity()
         self.attn = SelfAttention(cfg)
         self.attn_out = nn.LayerNorm(cfg.width) if cfg.norm == "post" else nn.Identity()
-        self.skip = float(cfg.skip)  # 1.0 keeps the residual, 0.0 drops it
+        # 1.0 keeps the residual, 0.0 drops it; DeepNorm scales it by alpha = (2L)^(1/4)
+        self.skip = cfg.skip_factor
         self.scale = cfg.branch_factor  # 1, or 1/sqrt(depth) for scaled residual branches
         self.centre_out = _centre(cfg, "output")  # de-escalation after the post-LN
         self.ffn = FeedForward(cfg) if cfg.mlp else nn.Identity()

@@ -42,6 +42,9 @@ PRESETS: dict[str, dict] = {
     "post_ln_scaled": dict(skip=True, mlp=True, norm="post", branch_scale="inv_sqrt_depth"),
     # Dong et al.'s path-experiment network: attention + skip + post-LN, biases, no MLP.
     "san_skip_ln_bias": dict(skip=True, mlp=False, norm="post", bias=True),
+    # DeepNet (Wang et al. 2022, "DeepNet: scaling transformers to 1,000 layers"): post-LN with
+    # the residual scaled by (2L)^(1/4) and v, W_O and the MLP initialised (8L)^(1/4) smaller.
+    "post_ln_deepnorm": dict(skip=True, mlp=True, norm="post", deepnorm=True),
 }
 
 
@@ -68,6 +71,7 @@ class ModelConfig:
     deescalate_at: Placement = "branch"  # centre the attention output (branch) or after post-LN
     deescalate_mlp: bool = False  # de-escalate the MLP sublayer too, at the same placement
     causal: bool = False  # lower-triangular attention (token i sees tokens 1..i); set by the task
+    deepnorm: bool = False  # DeepNet: post-LN(alpha x + f x), v/W_O/MLP init / (8L)^(1/4)
 
     def __post_init__(self) -> None:
         if self.width % self.heads:
@@ -84,11 +88,29 @@ class ModelConfig:
         if self.branch_scale not in ("none", "inv_sqrt_depth"):
             raise ValueError(f"branch_scale={self.branch_scale!r}: allowed values are 'none', "
                              "'inv_sqrt_depth'")
+        if self.deepnorm and (self.norm != "post" or not self.skip):
+            raise ValueError(f"deepnorm=True with norm={self.norm!r}, skip={self.skip}: DeepNorm "
+                             "scales a residual before a post-LN, so it needs norm='post' and "
+                             "skip=True")
 
     @property
     def branch_factor(self) -> float:
         """What each residual branch is multiplied by (Noci et al. 2022: 1/sqrt(L))."""
         return 1.0 / math.sqrt(self.depth) if self.branch_scale == "inv_sqrt_depth" else 1.0
+
+    @property
+    def skip_factor(self) -> float:
+        """What the residual (skip) path is multiplied by: 0 without skip, else 1, or DeepNorm's
+        alpha = (2L)^(1/4) (Wang et al. 2022, encoder-only constants)."""
+        if not self.skip:
+            return 0.0
+        return (2 * self.depth) ** 0.25 if self.deepnorm else 1.0
+
+    @property
+    def deepnorm_init_divisor(self) -> float:
+        """What DeepNorm divides the value, output-projection and MLP weights by after the
+        ordinary init: (8L)^(1/4), i.e. they are multiplied by its beta; 1 without DeepNorm."""
+        return (8 * self.depth) ** 0.25 if self.deepnorm else 1.0
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
@@ -106,7 +128,11 @@ class TrainConfig:
     lr: float = 1e-3  # peak learning rate, reached after `warmup` steps
     weight_decay: float = 0.01  # AdamW's decoupled weight decay
     warmup: int = 40  # linear warm-up steps; then the `schedule`
-    schedule: str = "cosine"  # after warm-up: cosine decay to 0 at `steps`, or "constant"
+    schedule: str = "cosine"  # after warm-up: cosine decay to 0 at `steps`, "constant", or "wsd"
+    # wsd (warmup-stable-decay): the peak rate until the last `cooldown` fraction of the steps,
+    # which decays linearly to 0; a run of any shorter budget is a cool-down branched off the
+    # stable phase (training.ensemble.train_ensemble's `budgets`).
+    cooldown: float = 0.2
     clip: float = 1.0  # max global gradient norm
     checkpoint_every: int = 100  # steps between checkpoints (0: never)
     eval_every: int = 100  # steps between test-set evaluations (the last step always)
@@ -120,14 +146,34 @@ class TrainConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name}={getattr(self, name)!r}: allowed values are "
                                  f"{list(allowed)}")
+        if not 0.0 < self.cooldown <= 1.0:
+            raise ValueError(f"cooldown={self.cooldown}: a fraction of the steps in (0, 1]")
+        room = stable_steps(self.steps, self.cooldown)
+        if self.schedule == "wsd" and self.warmup > room:
+            raise ValueError(f"warmup={self.warmup} runs into the cool-down of a wsd schedule of "
+                             f"{self.steps} steps (its last {self.steps - room}); allowed: "
+                             f"warmup <= {room}")
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
         return from_fields(cls, values, "training")
 
 
-# "constant" is Dong et al.'s Adam at a fixed rate (their circle and sorting runs).
-SCHEDULES = ("cosine", "constant")
+# "constant" is Dong et al.'s Adam at a fixed rate (their circle and sorting runs); "wsd" is
+# E5's warmup-stable-decay, whose every shorter budget is a branch of one run.
+SCHEDULES = ("cosine", "constant", "wsd")
+
+
+def cooldown_steps(steps: int, fraction: float) -> int:
+    """The cool-down of a wsd run of `steps` steps: its last round(fraction * steps) steps, at
+    least one."""
+    return max(1, round(fraction * steps))
+
+
+def stable_steps(steps: int, fraction: float) -> int:
+    """Where a wsd run of `steps` steps leaves its stable phase (the step its cool-down starts
+    from): a run of this budget is a branch of any longer run at this step."""
+    return steps - cooldown_steps(steps, fraction)
 # The recorded numeric choices of a training job (rankcollapse.training.step explains each).
 PRECISIONS = ("float32", "tf32", "bf16")
 ENGINES = ("auto", "eager", "graph", "compile")

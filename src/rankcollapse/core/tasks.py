@@ -253,6 +253,25 @@ def task_spec(name: str, **options) -> TaskSpec:
     return TaskSpec("hull", "features", 2, o["points"], 2, "per_token")
 
 
+DIGITS_IMAGES = 1797  # scikit-learn's bundled 8x8 digits (a test checks the count)
+
+
+def training_examples(name: str, **options) -> int:
+    """How many training examples (sequences) `make_task(name, **options)` holds, computed
+    without building the data (torch-free: the config checks bound a batch by it)."""
+    import inspect
+
+    o = {k: p.default for k, p in inspect.signature(TASKS[name]).parameters.items()} | options
+    if name == "digits":
+        train = DIGITS_IMAGES - max(1, round(o["test_fraction"] * DIGITS_IMAGES))
+        return train - max(1, round(o["val_fraction"] * train)) if o["val_fraction"] > 0 \
+            else train
+    if name == "text":
+        chars = text_blocks(len(text_corpus()), o["val_fraction"], o["test_fraction"])[0]
+        return text_windows(chars, o["length"])
+    return int(o["train_size"])
+
+
 def make_task(name: str, **options) -> TaskData:
     """The task `name` built with `options` (the config's `tasks.<name>` block)."""
     if name not in TASKS:

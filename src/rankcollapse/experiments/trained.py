@@ -73,6 +73,23 @@ def final_accuracy(metrics: pd.DataFrame) -> pd.DataFrame:
     return runs
 
 
+def budget_runs(tuning: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
+    """One row per (final network, training budget) of a tuned grid: its own budget (the
+    tuning table's `final` rows, `default` True) and its budget curve (`budget` rows), as
+    final_accuracy gives its runs: task, variant, depth, seed, peak_lr, budget, default,
+    accuracy, bpc (test), diverged; a diverged network counted at chance (`chance` from
+    `metrics`, per task)."""
+    rows = tuning[tuning.role.isin(["final", "budget"])]
+    chance = rows.task.map(metrics.groupby("task").chance.first()).astype(float)
+    diverged = rows.diverged.astype(bool)
+    return pd.DataFrame({
+        "task": rows.task, "variant": rows.variant, "depth": rows.depth.astype(int),
+        "seed": rows.seed.astype(int), "peak_lr": rows.peak_lr,
+        "budget": rows.rung_steps.astype(int), "default": rows.role.eq("final"),
+        "accuracy": np.where(diverged, chance, rows.test_accuracy),
+        "bpc": np.where(diverged, -np.log2(chance), rows.test_loss / np.log(2)),
+        "diverged": diverged}).reset_index(drop=True)
+
 
 def seed_interval(values, resamples: int = 1000) -> tuple[float, float, float, str]:
     """(mean, low, high, method) of per-seed values: a 95% percentile bootstrap of the mean over

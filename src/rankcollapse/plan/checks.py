@@ -7,7 +7,9 @@ experiment's check; `plan.config.check_config` runs them all before any job star
 
 from __future__ import annotations
 
+from rankcollapse.core.specs import stable_steps, sweep
 from rankcollapse.core.tasks import TASKS
+from rankcollapse.plan.tuned import HALVING, SCHEDULE, depth_steps, grid_depths
 from rankcollapse.probe.spec import ProbeError, checkpoint_config, weight_files
 
 
@@ -125,24 +127,20 @@ def escalation(config: dict) -> list[str]:
 
 
 def depth_grid(config: dict) -> list[str]:
-    """E5: its variants and tasks exist, fresh seeds, a halving budget that fits, depths for
-    every task, placement tasks among the grid's tasks."""
+    """E5: its variants and tasks exist, fresh seeds, a budget for every depth, a warm-up and a
+    halving that fit each depth's budget, budget-curve points that branch off a stable phase,
+    depths for every task, placement tasks among the grid's tasks."""
     grid = config.get("depth_grid", {})
+    curve = grid.get("budget_curve") or {}
     problems = undefined_variants(
         config, [("depth_grid.variants", v) for v in grid.get("variants", [])]
-        + [("depth_grid.placements", v) for v in grid.get("placements", [])])
+        + [("depth_grid.placements", v) for v in grid.get("placements", [])]
+        + [("depth_grid.budget_curve.variants", v) for v in curve.get("variants", [])])
     problems += unknown_tasks([("depth_grid.tasks", t) for t in grid.get("tasks", [])])
     fresh = set(grid.get("seeds", [])) & set(grid.get("tuning_seeds", []))
     if fresh:
         problems.append(f"depth_grid.seeds: {sorted(fresh)} also tuning seed(s); the final seeds "
                         "must be fresh (not in depth_grid.tuning_seeds)")
-    if grid.get("tuning") == "halving":
-        halving = grid.get("halving", {})
-        eta, rungs, steps = halving.get("eta", 3), halving.get("rungs", 3), grid.get("steps", 1)
-        if steps < eta ** (rungs - 1):
-            problems.append(f"depth_grid.halving: {rungs} rungs at eta={eta} need at least "
-                            f"eta^(rungs - 1) = {eta ** (rungs - 1)} steps for rung 0; "
-                            f"depth_grid.steps is {steps}")
     depths = grid.get("depths", {})
     if isinstance(depths, dict):
         for name in grid.get("tasks", []):
@@ -153,6 +151,49 @@ def depth_grid(config: dict) -> list[str]:
         if name not in grid.get("tasks", []):
             problems.append(f"depth_grid.placement_tasks: {name!r} is not in depth_grid.tasks "
                             f"{grid.get('tasks', [])}")
+    every = sorted({int(d) for t in grid.get("tasks", []) if not isinstance(depths, dict)
+                    or t in depths for d in grid_depths({"depths": depths}, t)})
+    steps = grid.get("steps", 200)
+    if isinstance(steps, dict):
+        missing = [d for d in every if d not in {int(k) for k in steps}]
+        if missing:
+            return problems + [f"depth_grid.steps gives no budget for depth(s) {missing} of "
+                               f"depth_grid.depths; it gives {sorted(int(k) for k in steps)}"]
+    return problems + _budget_problems(grid, {d: depth_steps(grid | {"steps": steps}, d)
+                                              for d in every})
+
+
+def _budget_problems(grid: dict, budgets: dict[int, int]) -> list[str]:
+    """Each depth's budget against the warm-up, the halving rungs and the budget curve."""
+    problems = []
+    schedule = grid.get("schedule", SCHEDULE["schedule"])
+    fraction = grid.get("cooldown", SCHEDULE["cooldown"])
+    warmup = max(sweep(grid.get("warmup", 1)))
+    halving = {**HALVING, **grid.get("halving", {})}
+    for depth, steps in sorted(budgets.items()):
+        room = stable_steps(steps, fraction) if schedule == "wsd" else steps
+        if warmup > room:
+            problems.append(f"depth_grid.warmup={warmup} does not fit depth {depth}'s budget of "
+                            f"{steps} steps (depth_grid.steps)"
+                            + (f" before its cool-down of {steps - room} steps"
+                               if schedule == "wsd" else "")
+                            + f"; allowed: a warm-up of at most {room} steps")
+        if grid.get("tuning") == "halving" and steps < halving["eta"] ** (halving["rungs"] - 1):
+            problems.append(f"depth_grid.halving: {halving['rungs']} rungs at eta="
+                            f"{halving['eta']} need at least eta^(rungs - 1) = "
+                            f"{halving['eta'] ** (halving['rungs'] - 1)} steps for rung 0; "
+                            f"depth {depth}'s budget (depth_grid.steps) is {steps}")
+    curve = grid.get("budget_curve") or {}
+    if curve.get("budgets") and schedule != "wsd":
+        problems.append(f"depth_grid.budget_curve: budgets are cool-downs branched off one run, "
+                        f"which needs depth_grid.schedule: wsd (it is {schedule!r})")
+    elif curve.get("budgets"):
+        for b in sorted(curve["budgets"]):
+            if stable_steps(b, fraction) < warmup:
+                problems.append(f"depth_grid.budget_curve.budgets: {b} steps leave "
+                                f"{stable_steps(b, fraction)} before the cool-down, less than "
+                                f"the warm-up (depth_grid.warmup up to {warmup}); allowed: "
+                                "budgets whose stable phase reaches past the warm-up")
     return problems
 
 

@@ -20,7 +20,7 @@ def data_problems(config: dict) -> list[str]:
     problems = _task_problems(config)
     problems += _circle_problems(config.get("circle", {}))
     problems += _realarch_problems(config.get("realarch", {}))
-    problems += _depth_grid_problems(config.get("depth_grid", {}))
+    problems += _depth_grid_problems(config.get("depth_grid", {}), config)
     return list(dict.fromkeys(problems))  # a task used by two experiments is said once
 
 
@@ -145,12 +145,21 @@ def _realarch_problems(realarch: dict) -> list[str]:
 # ---- E5 -------------------------------------------------------------------------------------
 
 
-def _depth_grid_problems(grid: dict) -> list[str]:
-    from rankcollapse.core.tasks import TASKS
+def _depth_grid_problems(grid: dict, config: dict) -> list[str]:
+    from rankcollapse.core.tasks import TASKS, training_examples
 
     depths = grid.get("depths", {})
-    if not isinstance(depths, dict):
-        return []
-    return [f"depth_grid.depths.{name}: unknown task {name!r}, so these depths are never "
-            f"trained; depths are given per task of depth_grid.tasks {grid.get('tasks', [])}"
-            for name in depths if name not in TASKS]
+    problems = [f"depth_grid.depths.{name}: unknown task {name!r}, so these depths are never "
+                f"trained; depths are given per task of depth_grid.tasks {grid.get('tasks', [])}"
+                for name in (depths if isinstance(depths, dict) else []) if name not in TASKS]
+    batch = grid.get("batch", 32)
+    for task in grid.get("tasks", []):
+        if task not in TASKS:
+            continue  # said by config.check_config
+        options, key = _options(config, task, False)
+        examples = training_examples(task, **options)
+        if batch > examples:
+            problems.append(f"depth_grid.batch={batch} exceeds the {examples} training examples "
+                            f"of task {task!r} (its training split under tasks.{task}); "
+                            f"allowed: batch <= {examples}")
+    return problems

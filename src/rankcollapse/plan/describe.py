@@ -3,8 +3,8 @@ the experiment registry (an experiment's method note is its claims module's `met
 
 from __future__ import annotations
 
+from rankcollapse.plan.tuned import HALVING, grid_budgets, grid_depths, rung_steps, tuned_runs
 from rankcollapse.plan.tuned import grid as sweep_grid
-from rankcollapse.plan.tuned import grid_depths, rung_steps, tuned_runs
 
 
 def _size(value) -> int:
@@ -16,27 +16,41 @@ def _list(values) -> str:
 
 
 def depth_grid(c: dict) -> str:
-    """E5's tuned grid: arms, sweep members and final seeds per arm."""
+    """E5's tuned grid: arms, budgets, sweep members and final seeds per arm."""
     g = c["depth_grid"]
     arms = tuned_runs(c)
     settings = len(sweep_grid({k: g[k] for k in ("lr", "warmup", "weight_decay")}))
     depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
-    halving = {"eta": 3, "rungs": 3, **g.get("halving", {})}
-    budgets = rung_steps(g["steps"], g.get("tuning", "grid"), halving["eta"], halving["rungs"])
-    survivors, swept = settings, 0
-    for rung in range(len(budgets)):
+    halving = {**HALVING, **g.get("halving", {})}
+    method = g.get("tuning", "grid")
+    fractions = rung_steps(halving["eta"] ** (halving["rungs"] - 1), method, halving["eta"],
+                           halving["rungs"]) if method == "halving" else [1]
+    survivors, swept, rungs = settings, 0, []
+    for rung, fraction in enumerate(fractions):
+        if rung and survivors == 1:
+            break  # a lone survivor's full budget is the fresh seeds'
         swept += survivors * _size(g["tuning_seeds"])
-        survivors = 1 if rung == len(budgets) - 1 else -(-survivors // halving["eta"])
-    method = ("every setting trained to the full budget (grid)" if len(budgets) == 1 else
-              f"successive halving (eta {halving['eta']}, rungs of {_list(budgets)} steps)")
+        rungs.append(f"{survivors} at 1/{fractions[-1] // fraction}" if fraction < fractions[-1]
+                     else f"{survivors} at the full budget")
+        survivors = 1 if rung == len(fractions) - 1 else -(-survivors // halving["eta"])
+    how = ("every setting trained to the full budget (grid)" if method == "grid" else
+           f"successive halving (eta {halving['eta']}: {', '.join(rungs)} of the budget)")
+    budgets = grid_budgets(g)
+    steps = (f"{next(iter(budgets.values()))} steps" if len(set(budgets.values())) == 1 else
+             "steps " + ", ".join(f"{s} at depth {d}" for d, s in budgets.items()))
+    curve = g.get("budget_curve") or {}
+    curve_line = (f"; the fresh seeds also at budgets {_list(curve['budgets'])} (cool-downs "
+                  f"of one warmup-stable-decay run; {_list(curve.get('variants', []))} up to "
+                  "the longest, the others up to their own)" if curve.get("budgets") else "")
     rivals = c.get("rival_fixes", {}).get("variants", []) if "E5b" in c.get("report", {}).get(
         "experiments", []) else []
     return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
             f"{depths}; placements {_list(g.get('placements', [])) or 'none'}"
             + (f" and E5b's rival fixes {_list(rivals)}" if rivals else "") + " at the deepest); "
             f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
-            f"{method}, then {_size(g['seeds'])} fresh seeds, {g['steps']} steps of batch "
-            f"{g['batch']}: {len(arms) * (swept + _size(g['seeds']))} trained networks")
+            f"{how}, selected by mean validation {g.get('select_by', 'loss')}, then "
+            f"{_size(g['seeds'])} fresh seeds; {steps} of batch {g['batch']}{curve_line}: "
+            f"{len(arms) * (swept + _size(g['seeds']))} trained networks")
 
 
 def rival_fixes(c: dict) -> str:

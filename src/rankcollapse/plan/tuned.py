@@ -11,8 +11,41 @@ from rankcollapse.core.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, swee
 from rankcollapse.plan.memory import CONTEXT_MB, member_memory_mb
 
 METHODS = ("grid", "halving")
-TUNED_SHARED = ("schedule", "clip", "checkpoint_every", "eval_every", "precision", "engine",
-                "attention")
+HALVING = {"eta": 3, "rungs": 3}  # successive halving's defaults (the schema's too)
+# What E5's arms take from the `train` block; steps, batch, schedule and cooldown are
+# depth_grid's own.
+TUNED_SHARED = ("clip", "checkpoint_every", "eval_every", "precision", "engine", "attention")
+SCHEDULE = {"schedule": "wsd", "cooldown": 0.2}  # E5's schedule unless depth_grid sets one
+
+
+def depth_steps(grid: dict, depth: int) -> int:
+    """The training budget (steps per network) of every arm at `depth`: depth_grid.steps, one
+    number or {depth: steps}."""
+    steps = grid["steps"]
+    if isinstance(steps, dict):
+        if int(depth) not in {int(d) for d in steps}:
+            raise ValueError(f"depth_grid.steps gives no budget for depth {depth}; it gives "
+                             f"{sorted(int(d) for d in steps)}")
+        return int({int(d): v for d, v in steps.items()}[int(depth)])
+    return int(steps)
+
+
+def grid_budgets(grid: dict) -> dict[int, int]:
+    """{depth: steps} over every depth the grid trains (a config file's {depth: steps} merged
+    over another's may also name depths the grid no longer has)."""
+    depths = sorted({d for task in grid["tasks"] for d in grid_depths(grid, task)})
+    return {d: depth_steps(grid, d) for d in depths}
+
+
+def arm_budgets(grid: dict, variant: str, steps: int) -> list[int]:
+    """The training budgets at which an arm's final seeds are also evaluated
+    (depth_grid.budget_curve): every budget for the curve's variants (their trunk runs to the
+    largest), the budgets shorter than the arm's own steps for the others."""
+    curve = grid.get("budget_curve") or {}
+    budgets = sorted(int(b) for b in curve.get("budgets", []))
+    if variant in curve.get("variants", []):
+        return budgets
+    return [b for b in budgets if b < steps]
 
 
 def grid_depths(grid: dict, task: str) -> list[int]:
@@ -99,7 +132,9 @@ def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
     g, train = config["depth_grid"], config["train"]
     defaults = asdict(TrainConfig())
     shared = {k: train.get(k, defaults[k]) for k in TUNED_SHARED}
-    shared.update(steps=g["steps"], batch=g["batch"])
+    steps = depth_steps(g, depth)
+    shared.update(steps=steps, batch=g["batch"],
+                  **{k: g.get(k, default) for k, default in SCHEDULE.items()})
     return {"task": task, "task_options": dict(config["tasks"][task]),
             "variant": config["variants"][variant],
             "model_options": {**{k: train[k] for k in MODEL_KEYS}, "depth": int(depth)},
@@ -107,8 +142,10 @@ def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
             "sweep": {k: g[k] for k in MEMBER_FIELDS},
             "tuning_seeds": [int(s) for s in g["tuning_seeds"]],
             "final_seeds": [int(s) for s in g["seeds"]],
-            "tuning": {"method": g.get("tuning", "grid"), **g.get("halving", {})},
-            "memory": tuned_memory(config, task, variant, depth)}
+            "tuning": {"method": g.get("tuning", "grid"), **HALVING, **g.get("halving", {}),
+                       "select_by": g.get("select_by", "loss")},
+            "memory": tuned_memory(config, task, variant, depth),
+            "budgets": arm_budgets(g, variant, steps)}
 
 
 def tuned_memory(config: dict, task: str, variant: str, depth: int) -> dict:
@@ -133,7 +170,8 @@ def grid(sweep: dict) -> list[dict]:
     return [dict(zip(MEMBER_FIELDS, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def rung_steps(steps: int, method: str = "grid", eta: int = 3, rungs: int = 1) -> list[int]:
+def rung_steps(steps: int, method: str = "grid", eta: int = HALVING["eta"],
+               rungs: int = HALVING["rungs"]) -> list[int]:
     """The training budget of each rung: successive halving's rung r trains
     steps / eta^(rungs - 1 - r) steps, the last rung the full budget; the grid is one rung."""
     if method not in METHODS:

@@ -10,7 +10,7 @@ import logging
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from rankcollapse import io, runtime
 from rankcollapse.core.metrics import layer_metrics, token_similarity
-from rankcollapse.core.specs import MEMBER_FIELDS
+from rankcollapse.core.specs import MEMBER_FIELDS, stable_steps
 from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.training.step import (
     DeviceStep,
@@ -132,6 +132,8 @@ class Ensemble:
         # kernels.
         self.attention = [SDPBackend.MATH]
         self.finals: list[dict[str, Tensor]] = []  # every member's weights after training
+        # {budget: [(loss, accuracy, diverged step or 0) per member]} (train_ensemble)
+        self.budget_results: dict[int, list[tuple[float, float, int]]] = {}
 
     def views(self, flat: Tensor | None = None) -> dict[str, Tensor]:
         """{name: (K, *shape) view of flat (default: the ensemble's weights)}. One split, so the
@@ -236,32 +238,95 @@ CHECKPOINT_KEYS = {"fingerprint", "step", "active", "diverged_at", "flat", "exp_
                    "exp_avg_sq", "losses", "norms", "evaluations"}
 
 
-def windows(start: int, cfg: TrainConfig) -> list[int]:
+def windows(start: int, cfg: TrainConfig, stops: Sequence[int] = ()) -> list[int]:
     """The steps after which the host looks at the run: every evaluation and checkpoint step,
-    and the last; a window is the run of steps from one of them to the next."""
+    every step in `stops` (where a cool-down branch leaves the trunk), and the last; a window is
+    the run of steps from one of them to the next."""
     every = [e for e in (cfg.eval_every, cfg.checkpoint_every) if e]
     ends = {s for s in range(start + 1, cfg.steps + 1) if any(s % e == 0 for e in every)}
+    ends |= {s for s in stops if start < s < cfg.steps}
     return sorted(ends | {cfg.steps}) if start < cfg.steps else []
+
+
+def branch_points(cfg: TrainConfig, budgets: Sequence[int]) -> dict[int, list[int]]:
+    """{trunk step: the budgets whose cool-down branches off there} for a wsd run of cfg.steps:
+    a run of budget b (< cfg.steps) is the trunk's first stable_steps(b) steps followed by its
+    own cool-down, so it is exactly a run of b steps (the same batches, the same rates)."""
+    out: dict[int, list[int]] = {}
+    for b in sorted(set(int(b) for b in budgets)):
+        if b == cfg.steps:
+            continue
+        if cfg.schedule != "wsd":
+            raise ValueError(f"budgets {sorted(budgets)}: only a wsd schedule branches shorter "
+                             f"runs off its trunk (schedule={cfg.schedule!r})")
+        if not 0 < b < cfg.steps:
+            raise ValueError(f"budget {b}: a branch needs 0 < budget < steps={cfg.steps}")
+        at = stable_steps(b, cfg.cooldown)
+        if at < cfg.warmup:
+            raise ValueError(f"budget {b}: its cool-down starts at step {at}, inside the "
+                             f"warm-up of {cfg.warmup} steps; allowed: budgets whose "
+                             f"stable phase reaches past the warm-up")
+        out.setdefault(at, []).append(b)
+    return out
+
+
+def _results(members: Sequence[Member], losses: np.ndarray, norms: np.ndarray, lr: np.ndarray,
+             evaluations: np.ndarray, diverged: Sequence[int], done: int) -> list[TrainResult]:
+    """One TrainResult per member from a run's logs: losses, norms, lr (done, K), evaluations
+    (done, K, 2) and each member's diverging step (0: none)."""
+    results = []
+    for j, member in enumerate(members):
+        if diverged[j]:
+            log.warning("member %d (seed %d) diverged at step %d (loss %s, grad norm %s)", j,
+                        member.seed, diverged[j], losses[diverged[j] - 1, j],
+                        norms[diverged[j] - 1, j])
+        last = diverged[j] or done  # a diverged member's history ends at its diverging step
+        history = pd.DataFrame({"step": np.arange(1, last + 1), "loss": losses[:last, j],
+                                "lr": lr[:last, j], "grad_norm": norms[:last, j],
+                                "test_loss": evaluations[:last, j, 0],
+                                "test_accuracy": evaluations[:last, j, 1]},
+                               columns=HISTORY_COLUMNS)
+        if diverged[j]:
+            results.append(TrainResult(history, True, diverged[j], math.nan, math.nan))
+        else:
+            final = history.iloc[-1]
+            results.append(TrainResult(history, False, None, float(final.test_loss),
+                                       float(final.test_accuracy)))
+    return results
 
 
 def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member],
                    checkpoint: str | Path | None = None, fingerprint: str = "",
-                   loss_fn=loss_and_correct,
-                   evaluate: Evaluator | None = None) -> list[TrainResult]:
+                   loss_fn=loss_and_correct, evaluate: Evaluator | None = None,
+                   budgets: Sequence[int] = (), keep: int | None = None) -> list[TrainResult]:
     """Train every member of `ensemble` (built from `members`, in order) on `data`.
 
     The step runs on the ensemble's device without host synchronisation between evaluations
     and checkpoints (`rankcollapse.training.step`). Resumes from `checkpoint` when it exists and its
     fingerprint matches (one of other settings is ignored and overwritten). `evaluate(ensemble)`
     gives every member's (loss, accuracy) at the evaluation steps (kept for the members still
-    training); by default on the test split, as train.train does. Returns one TrainResult per
-    member; afterwards `ensemble.finals[k]` holds every member's final weights (a state_dict:
-    a diverged member's are its last finite ones) and `ensemble.numerics` the precision, engine
-    and attention the step ran with (NUMERICS_COLUMNS, recorded in every table).
+    training); by default on the test split, as train.train does.
+
+    budgets (a wsd schedule only): shorter training budgets, each a cool-down branched off the
+    trunk's stable phase (`branch_points`), trained and evaluated by `evaluate` at its end, after
+    which the trunk goes on from where the branch left it; each is the same network that a run
+    of that many steps would train. keep: the budget whose networks are the result (default
+    the trunk's, cfg.steps): its members' histories, final evaluations and weights.
+
+    Returns one TrainResult per member (of the kept budget); afterwards `ensemble.finals[k]`
+    holds every member's final weights (a state_dict: a diverged member's are its last finite
+    ones), `ensemble.budget_results` {budget: [(loss, accuracy, diverged step or 0) per
+    member]} for the trunk and every branch, and `ensemble.numerics` the precision, engine and
+    attention the step ran with (NUMERICS_COLUMNS, recorded in every table).
     """
     cfg = shared_config(members)
     if ensemble.size != len(members):
         raise ValueError(f"{len(members)} members for an ensemble of {ensemble.size} models")
+    branches = branch_points(cfg, budgets)
+    keep = cfg.steps if keep is None else int(keep)
+    if keep != cfg.steps and keep not in {b for bs in branches.values() for b in bs}:
+        raise ValueError(f"keep={keep}: not the trunk's {cfg.steps} steps nor one of the "
+                         f"budgets {sorted(budgets)}")
     device = ensemble.device
     precision = effective_precision(cfg.precision, device)
     if evaluate is None:
@@ -269,12 +334,14 @@ def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member]
             return evaluate_members(ens, data.x_test, data.y_test, loss_fn=loss_fn)
     gens = [torch.Generator().manual_seed(m.seed) for m in members]  # kept on the CPU
     factors = [schedule(m.train) for m in members]
-    ends = windows(0, cfg)
+    ends = windows(0, cfg, list(branches))
     longest = max((b - a for a, b in zip([0, *ends], ends, strict=False)), default=1)
+    longest = max([longest, *(b - at for at, bs in branches.items() for b in bs)])
     step = DeviceStep(ensemble, data.x_train, data.y_train, members, cfg, factors, loss_fn,
                       window=longest)
     k = len(members)
     evaluations = np.full((cfg.steps, k, 2), np.nan)  # (step, member, [test loss, accuracy])
+    done_branches: dict[int, dict] = {}  # budget -> its evaluations (and the kept one's run)
     start = 0
 
     state = (load_checkpoint(checkpoint, device, CHECKPOINT_KEYS, "an ensemble checkpoint")
@@ -289,18 +356,49 @@ def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member]
         _set_global_rng_states(state["rng"])
         start = int(state["step"])
         evaluations[:start] = state["evaluations"]
+        done_branches = state.get("branches", {})
         log.info("resumed from %s at step %d (%d of %d members active)", checkpoint, start,
                  len(state["active"]), k)
+
+    def draw(steps: int) -> Tensor:
+        """The next `steps` batches of every member, (steps, K, batch), from its generator."""
+        return torch.stack([torch.randint(len(data.y_train), (steps, cfg.batch), generator=g)
+                            for g in gens], 1)
+
+    def branch(at: int, budget: int) -> dict:
+        """Train the cool-down of `budget` from trunk step `at`, evaluate it, and return the
+        trunk to where it was (weights, optimiser, flags, logs, batch generators)."""
+        saved, saved_gens = step.snapshot(), [g.get_state() for g in gens]
+        lr, old = step.set_schedule(at, members, [schedule(replace(m.train, steps=budget))
+                                                  for m in members], budget)
+        step.run(draw(budget - at))
+        active = step.active_members()
+        with autocast(precision, device):
+            loss, acc = evaluate(ensemble)
+        out = {"evaluations": [(loss[j], acc[j]) if j in active else (math.nan, math.nan)
+                               for j in range(k)], "diverged": step.diverged_steps()}
+        if budget == keep:
+            losses, norms = step.host_logs(at, budget)
+            out.update(losses=losses, norms=norms, lr=lr,
+                       finals=[ensemble.state_dict(j) for j in range(k)])
+        log.info("budget %d (a cool-down from step %d): accuracy %s", budget, at,
+                 [round(acc[j], 4) for j in active])
+        step.reset_schedule(at, old)
+        step.restore(saved)
+        for g, s in zip(gens, saved_gens, strict=True):
+            g.set_state(s)
+        return out
 
     ensemble.train()
     with matmul_precision(precision, device):
         done = start
-        for end in windows(start, cfg):
+        for end in windows(start, cfg, list(branches)):
             if done > start and not step.active_members():
                 break  # every member has diverged: nothing is left to train
-            batches = torch.stack([torch.randint(len(data.y_train), (end - done, cfg.batch),
-                                                 generator=g) for g in gens], 1)
-            step.run(batches)  # (W, K, batch): each member's draws, step after step
+            step.run(draw(end - done))  # (W, K, batch): each member's draws, step after step
+            for budget in branches.get(end, []):
+                if budget not in done_branches:
+                    done_branches[budget] = branch(end, budget)
             if (cfg.eval_every and end % cfg.eval_every == 0) or end == cfg.steps:
                 active = step.active_members()
                 with autocast(precision, device):
@@ -316,33 +414,34 @@ def train_ensemble(ensemble: Ensemble, data: TaskData, members: Sequence[Member]
             if checkpoint is not None and every and end % every == 0:
                 io.save_checked({"fingerprint": fingerprint, **step.state(),
                                  "buffers": ensemble.buffers, "evaluations": evaluations[:end],
+                                 "branches": done_branches,
                                  "generators": [g.get_state() for g in gens],
                                  "rng": _global_rng_states()}, checkpoint)
 
     ensemble.numerics = {"precision": precision, "engine": step.engine_label,
                          "attention": step.attention}
-    ensemble.finals = [ensemble.state_dict(j) for j in range(k)]
     losses, norms = step.host_logs(0, done)
     diverged = step.diverged_steps()
-    results = []
-    for j, member in enumerate(members):
-        if diverged[j]:
-            log.warning("member %d (seed %d) diverged at step %d (loss %s, grad norm %s)", j,
-                        member.seed, diverged[j], losses[diverged[j] - 1, j],
-                        norms[diverged[j] - 1, j])
-        last = diverged[j] or done  # a diverged member's history ends at its diverging step
-        history = pd.DataFrame({"step": np.arange(1, last + 1), "loss": losses[:last, j],
-                                "lr": step.lr[:last, j], "grad_norm": norms[:last, j],
-                                "test_loss": evaluations[:last, j, 0],
-                                "test_accuracy": evaluations[:last, j, 1]},
-                               columns=HISTORY_COLUMNS)
-        if diverged[j]:
-            results.append(TrainResult(history, True, diverged[j], math.nan, math.nan))
-        else:
-            final = history.iloc[-1]
-            results.append(TrainResult(history, False, None, float(final.test_loss),
-                                       float(final.test_accuracy)))
-    return results
+    ensemble.budget_results = {
+        b: [(*r["evaluations"][j], r["diverged"][j]) for j in range(k)]
+        for b, r in sorted(done_branches.items())}
+    ensemble.budget_results[cfg.steps] = [
+        (*(float(v) for v in (evaluations[done - 1, j] if done else (math.nan, math.nan))),
+         diverged[j]) for j in range(k)]
+    kept = done_branches.get(keep) if keep != cfg.steps else None
+    if kept is None or "finals" not in kept:
+        # The trunk's networks (or, when every member diverged before the kept budget's branch
+        # point, the trunk's last finite weights).
+        ensemble.finals = [ensemble.state_dict(j) for j in range(k)]
+        return _results(members, losses, norms, step.lr, evaluations, diverged, done)
+    at = stable_steps(keep, cfg.cooldown)
+    tail = np.full((keep - at, k, 2), np.nan)
+    tail[-1] = kept["evaluations"]
+    ensemble.finals = kept["finals"]
+    return _results(members, np.concatenate([losses[:at], kept["losses"]]),
+                    np.concatenate([norms[:at], kept["norms"]]),
+                    np.concatenate([step.lr[:at], kept["lr"]]),
+                    np.concatenate([evaluations[:at], tail]), kept["diverged"], keep)
 
 
 # ---- workflow jobs ---------------------------------------------------------------------------

@@ -258,12 +258,10 @@ class DeviceStep:
         """Warm up on a side stream (kernels chosen, memory pools filled, compilation done),
         restore the state the warm-up changed, and capture one step in a CUDA graph. If capture
         fails, the job goes on eagerly and says why."""
-        saved = [t.detach().clone() for t in self._mutable()]
+        saved = self.snapshot()
 
         def restore() -> None:
-            with torch.no_grad():
-                for t, s in zip(self._mutable(), saved, strict=True):
-                    t.copy_(s)
+            self.restore(saved)
 
         try:
             side = torch.cuda.Stream(self.device)
@@ -284,6 +282,35 @@ class DeviceStep:
             log.warning("CUDA graph capture failed (%s: %s); stepping without a graph",
                         type(err).__name__, err)
         restore()
+
+    def snapshot(self) -> list[Tensor]:
+        """A copy, on the device, of everything a step changes (weights, moments, flags, step
+        counters, logs): a cool-down branch starts from it and `restore` returns to it."""
+        return [t.detach().clone() for t in self._mutable()]
+
+    def restore(self, saved: list[Tensor]) -> None:
+        """Put a `snapshot` back into the same tensors (their addresses stay)."""
+        with torch.no_grad():
+            for t, s in zip(self._mutable(), saved, strict=True):
+                t.copy_(s)
+
+    def set_schedule(self, start: int, members: Sequence, factors: Sequence[Callable],
+                     stop: int) -> tuple[np.ndarray, list[Tensor]]:
+        """Steps start..stop-1 follow the schedules `factors` (one per member, of a run of
+        `stop` steps) instead of the trunk's: the tables are overwritten in place. Returns
+        (the new rows' learning rates (stop - start, K), the old rows, for `reset_schedule`)."""
+        lr, decay, size, _ = lr_tables(members, factors, stop)
+        old = [self.decay[start:stop].clone(), self.size[start:stop].clone()]
+        with torch.no_grad():
+            self.decay[start:stop].copy_(torch.tensor(decay[start:], dtype=self.decay.dtype))
+            self.size[start:stop].copy_(torch.tensor(size[start:], dtype=self.size.dtype))
+        return lr[start:], old
+
+    def reset_schedule(self, start: int, old: list[Tensor]) -> None:
+        """Undo `set_schedule` (old: the rows it returned)."""
+        with torch.no_grad():
+            self.decay[start:start + len(old[0])].copy_(old[0])
+            self.size[start:start + len(old[1])].copy_(old[1])
 
     def run(self, batches: Tensor) -> None:
         """Take len(batches) steps; batches (W, K, batch) the window's indices (CPU)."""

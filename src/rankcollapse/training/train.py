@@ -20,7 +20,7 @@ from torch import Tensor
 from rankcollapse import io, runtime
 from rankcollapse.core.metrics import layer_metrics, token_similarity
 from rankcollapse.core.model import TaskModel, build_task_model
-from rankcollapse.core.specs import TrainConfig
+from rankcollapse.core.specs import TrainConfig, stable_steps
 from rankcollapse.core.tasks import TaskData, TaskSpec, make_task
 
 log = logging.getLogger(__name__)
@@ -42,14 +42,18 @@ def new_model(spec: TaskSpec, variant: dict, model_options: dict, seed: int) -> 
 
 
 def schedule(cfg: TrainConfig):
-    """Learning-rate factor of step s: linear warm-up to 1, then cosine decay to 0 (or 1
-    throughout, for the "constant" schedule)."""
+    """Learning-rate factor of step s: linear warm-up to 1, then cosine decay to 0, 1 throughout
+    ("constant"), or 1 until the cool-down of the last `cfg.cooldown` of the steps, which
+    decays linearly to 0 ("wsd")."""
+    decay_from = stable_steps(cfg.steps, cfg.cooldown)
 
     def factor(step: int) -> float:
         if step < cfg.warmup:
             return (step + 1) / cfg.warmup
         if cfg.schedule == "constant":
             return 1.0
+        if cfg.schedule == "wsd":
+            return 1.0 if step < decay_from else (cfg.steps - step) / (cfg.steps - decay_from)
         progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 

@@ -18,9 +18,10 @@ import pandas as pd
 import torch
 
 from rankcollapse import io, runtime
+from rankcollapse.core.specs import stable_steps
 from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.plan.memory import split
-from rankcollapse.plan.tuned import METHODS, grid, rung_steps  # noqa: F401 - re-exported
+from rankcollapse.plan.tuned import HALVING, METHODS, grid, rung_steps  # noqa: F401 - re-exported
 from rankcollapse.training.ensemble import (
     NUMERICS_COLUMNS,
     Ensemble,
@@ -32,6 +33,7 @@ from rankcollapse.training.ensemble import (
     write_members,
     write_metrics,
 )
+from rankcollapse.training.selection import rank
 from rankcollapse.training.step import autocast
 from rankcollapse.training.train import load_saved, new_model
 
@@ -44,33 +46,9 @@ TUNING_COLUMNS = ["role", "seed", "peak_lr", "warmup", "weight_decay", "selected
                   "config_hash"]
 
 
-def selection_metric(data: TaskData) -> str:
-    """What the selection maximises: validation accuracy, or minus the validation loss for a
-    language model (whose reported metric is bits per character)."""
-    return "loss" if data.spec.causal else "accuracy"
-
-
-def rank(rows: pd.DataFrame, metric: str) -> list[dict]:
-    """The settings {lr, warmup, weight_decay} of `rows`, best first, by the mean validation
-    `metric` over the tuning seeds. rows: sweep members (peak_lr, warmup, weight_decay,
-    val_loss, val_accuracy, diverged). Diverged members count as the worst value (loss +inf,
-    accuracy 0); ties are broken by the lower mean validation loss, then the smaller
-    learning rate, warm-up and weight decay (so the ranking is deterministic)."""
-    r = rows.copy()
-    r["val_loss"] = r.val_loss.where(~r.diverged & r.val_loss.notna(), math.inf)
-    r["val_accuracy"] = r.val_accuracy.where(~r.diverged & r.val_accuracy.notna(), 0.0)
-    means = r.groupby(["peak_lr", "warmup", "weight_decay"], as_index=False)[
-        ["val_loss", "val_accuracy"]].mean()
-    key = ["val_accuracy", "val_loss"] if metric == "accuracy" else ["val_loss"]
-    ascending = [False, True] if metric == "accuracy" else [True]
-    ordered = means.sort_values([*key, "peak_lr"], ascending=[*ascending, True], kind="stable")
-    return [{"lr": float(b.peak_lr), "warmup": int(b.warmup),
-             "weight_decay": float(b.weight_decay)} for b in ordered.itertuples()]
-
-
-def select(rows: pd.DataFrame, metric: str) -> dict:
-    """The best setting of `rows` by `rank`."""
-    return rank(rows, metric)[0]
+def select(rows: pd.DataFrame, by: str = "loss") -> dict:
+    """The best setting of `rows` by `selection.rank`."""
+    return rank(rows, by)[0]
 
 
 def validation_data(data: TaskData) -> TaskData:
@@ -122,6 +100,8 @@ def rung_members(train_options: dict, settings: Sequence[dict], tuning_seeds: Se
     for seed in tuning_seeds:
         for g in settings:
             warmup = g["warmup"] if steps == full else max(1, round(g["warmup"] * steps / full))
+            if train_options.get("schedule") == "wsd":  # the compressed warm-up before its
+                warmup = min(warmup, stable_steps(steps, train_options["cooldown"]))  # cool-down
             team += members_from({**train_options, "steps": steps},
                                  [{"seed": int(seed), **g, "warmup": int(warmup)}])
             nominal.append(dict(g))
@@ -133,47 +113,61 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
                   final_seeds: Sequence[int], ensemble_path: str | Path,
                   history_path: str | Path, tuning_path: str | Path, device: str = "cpu",
                   threads: int = 1, extra_columns: dict | None = None,
-                  tuning: dict | None = None, memory: dict | None = None) -> dict:
+                  tuning: dict | None = None, memory: dict | None = None,
+                  budgets: Sequence[int] = ()) -> dict:
     """One tuned job of the workflow (the protocol: docs/training.md). train_options: the shared
     TrainConfig fields; sweep: {lr, warmup, weight_decay}, each a number or a list; tuning:
-    {method: grid | halving, eta, rungs} (default: the grid); memory: {member_mb, budget_mb,
-    gpu_mb} (tunedplan.tuned_memory): an ensemble larger than budget_mb trains in parts, one
-    after another, and the job claims gpu_mb on a GPU. Returns the selected setting."""
+    {method: grid | halving, eta, rungs, select_by: loss | accuracy} (defaults: the grid,
+    plan.tuned.HALVING, loss); memory: {member_mb, budget_mb, gpu_mb} (tunedplan.tuned_memory):
+    an ensemble larger than budget_mb trains in parts, one after another, and the job claims
+    gpu_mb on a GPU. budgets (a wsd schedule): the final seeds are also evaluated on test at
+    these training budgets, each a complete run of that many steps (a cool-down branched off
+    one trunk, which runs to the largest of them): the `budget` rows of the tuning table. The
+    final networks themselves are those of train_options' steps. Returns the selected setting."""
     if set(tuning_seeds) & set(final_seeds):
         raise ValueError(f"final seeds {sorted(final_seeds)} must be fresh: none may be a "
                          f"tuning seed {sorted(tuning_seeds)}")
-    tuning = {"method": "grid", "eta": 3, "rungs": 1, **(tuning or {})}
-    budgets = rung_steps(int(train_options["steps"]), tuning["method"], tuning["eta"],
-                         tuning["rungs"])
+    tuning = {"method": "grid", **HALVING, "select_by": "loss", **(tuning or {})}
+    steps = int(train_options["steps"])
+    rung_budgets = rung_steps(steps, tuning["method"], tuning["eta"], tuning["rungs"])
     memory = memory or {}
     runtime.setup(threads, int(final_seeds[0]))
     dev = runtime.job_device(device, memory.get("gpu_mb") or None)
     data = make_task(task, **task_options)
     val = validation_data(data)
-    metric = selection_metric(data)
+    by = tuning["select_by"]
     extra = dict(extra_columns or {})
     out_dir = Path(ensemble_path).parent
 
-    def train_team(team: list[Member], name: str, evaluate_on: TaskData):
-        """Train `team` as one ensemble, or in parts when it exceeds the memory budget."""
+    def train_team(team: list[Member], name: str, evaluate_on: TaskData,
+                   trunk: int | None = None, curve: Sequence[int] = ()):
+        """Train `team` as one ensemble, or in parts when it exceeds the memory budget; with
+        `trunk`, the members train a trunk of that many steps and `curve`'s budgets branch off
+        it (their own steps are the kept budget)."""
         settings = [member_settings(task, task_options, variant, model_options, m) for m in team]
         hashes = [io.config_hash(s) for s in settings]
         rows = list(range(len(team)))
         parts = (split(rows, memory["member_mb"], memory["budget_mb"])
                  if memory.get("member_mb") else [rows])
-        trained = SimpleNamespace(finals=[], numerics={})
+        trained = SimpleNamespace(finals=[], numerics={}, budgets={})
         results = []
         for p, part in enumerate(parts):
             label = name if len(parts) == 1 else f"{name}_part{p}"
-            fingerprint = io.config_hash([label, *(hashes[i] for i in part)])
+            fingerprint = io.config_hash([label, trunk, sorted(curve),
+                                          *(hashes[i] for i in part)])
             ensemble = Ensemble([new_model(data.spec, variant, model_options,
                                            team[i].seed).to(dev) for i in part])
+            members = [team[i] for i in part]
+            if trunk is not None:
+                members = [replace(m, train=replace(m.train, steps=trunk)) for m in members]
             checkpoint = out_dir / f"checkpoint_{label}.pt"
-            results += train_ensemble(ensemble, evaluate_on, [team[i] for i in part],
-                                      checkpoint, fingerprint)
+            results += train_ensemble(ensemble, evaluate_on, members, checkpoint, fingerprint,
+                                      budgets=curve, keep=team[0].train.steps)
             checkpoint.unlink(missing_ok=True)
             trained.finals += ensemble.finals
             trained.numerics = ensemble.numerics
+            for b, values in ensemble.budget_results.items():
+                trained.budgets.setdefault(b, []).extend(values)
         if len(parts) > 1:
             log.info("%s: %d members trained in %d parts of at most %.0f MB", name, len(team),
                      len(parts), memory["budget_mb"])
@@ -181,30 +175,38 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
 
     # 1. The sweep, evaluated on the validation split (its history's test_* are validation):
     # the grid trains every setting to the full budget; successive halving trains every setting
-    # a short budget, keeps the best 1/eta on validation, and so on up to the full budget.
-    survivors, sweep_rows = grid(sweep), []
-    for rung, steps in enumerate(budgets):
-        team, nominal = rung_members(train_options, survivors, tuning_seeds, steps)
+    # a short budget, keeps the best 1/eta on validation, and so on up to the full budget. A
+    # rung that would train a single setting is not trained: that setting is the selection, and
+    # its full budget is the fresh seeds' (step 2).
+    survivors, sweep_rows, deciding = grid(sweep), [], 0
+    for rung, rung_budget in enumerate(rung_budgets):
+        if rung and len(survivors) == 1:
+            break
+        team, nominal = rung_members(train_options, survivors, tuning_seeds, rung_budget)
         log.info("sweep rung %d of %d (%s): %d members (%d settings x %d tuning seeds), %d "
-                 "steps, selecting on validation %s", rung + 1, len(budgets), tuning["method"],
-                 len(team), len(survivors), len(tuning_seeds), steps, metric)
-        name = "sweep" if len(budgets) == 1 else f"sweep_rung{rung}"
+                 "steps, selecting on validation %s", rung + 1, len(rung_budgets),
+                 tuning["method"], len(team), len(survivors), len(tuning_seeds), rung_budget, by)
+        name = "sweep" if len(rung_budgets) == 1 else f"sweep_rung{rung}"
         ens, results, _, hashes = train_team(team, name, val)
         rows = _member_rows("sweep", team, results, [(r.test_loss, r.test_accuracy)
                                                      for r in results],
                             [(math.nan, math.nan)] * len(results), hashes, nominal)
         for row in rows:
-            row.update(rung=rung, rung_steps=steps, **ens.numerics)
+            row.update(rung=rung, rung_steps=rung_budget, **ens.numerics)
         sweep_rows += rows
-        ranked = rank(pd.DataFrame(rows), metric)
-        keep = 1 if rung == len(budgets) - 1 else math.ceil(len(survivors) / tuning["eta"])
-        survivors = ranked[:keep]
+        ranked = rank(pd.DataFrame(rows), by)
+        keep = 1 if rung == len(rung_budgets) - 1 else math.ceil(len(survivors) / tuning["eta"])
+        survivors, deciding = ranked[:keep], rung
     chosen = survivors[0]
     log.info("selected %s", chosen)
 
-    # 2. Fresh seeds at the selected setting, evaluated on test; then on validation too.
+    # 2. Fresh seeds at the selected setting, evaluated on test (at every budget of the curve
+    # too); then on validation.
     final_team = members_from(train_options, [{"seed": int(s), **chosen} for s in final_seeds])
-    ens, results, settings, hashes = train_team(final_team, "final", data)
+    trunk = max([steps, *budgets])
+    ens, results, settings, hashes = train_team(
+        final_team, "final", data, trunk=trunk if trunk > steps else None,
+        curve=sorted({*budgets, steps} - {trunk}))
     trained = []
     for m, state in zip(final_team, ens.finals, strict=True):
         model = new_model(data.spec, variant, model_options, m.seed)
@@ -215,18 +217,25 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
     final_test = [(r.test_loss, r.test_accuracy) for r in results]
     final_rows = _member_rows("final", final_team, results, final_val, final_test, hashes)
     for row in final_rows:
-        row.update(rung=None, rung_steps=int(train_options["steps"]), **ens.numerics)
+        row.update(rung=None, rung_steps=steps, **ens.numerics)
+    budget_rows = []
+    for b in sorted(set(budgets) - {steps}):
+        for row, (loss, acc, diverged) in zip(final_rows, ens.budgets[b], strict=True):
+            budget_rows.append({**row, "role": "budget", "rung_steps": b,
+                                "diverged": bool(diverged), "diverged_step": int(diverged),
+                                "val_loss": math.nan, "val_accuracy": math.nan,
+                                "test_loss": loss, "test_accuracy": acc})
 
-    table = pd.DataFrame(sweep_rows + final_rows,
+    table = pd.DataFrame(sweep_rows + final_rows + budget_rows,
                          columns=[*TUNING_COLUMNS, "rung", "rung_steps", *NUMERICS_COLUMNS])
     table["rung"] = table.rung.astype("Int64")  # <NA> for the final members
     # selected: the member's setting was chosen; in the sweep, only the rung that chose it.
-    last = table.role.eq("final") | table.rung.eq(len(budgets) - 1)
+    last = table.role.isin(["final", "budget"]) | table.rung.eq(deciding)
     table["selected"] = ((table.peak_lr == chosen["lr"]) & (table.warmup == chosen["warmup"])
                          & (table.weight_decay == chosen["weight_decay"]) & last)
-    table["metric"] = metric
+    table["metric"] = by
     table["tuning"] = (tuning["method"] if tuning["method"] == "grid" else
-                       f"halving (eta {tuning['eta']}, {len(budgets)} rungs)")
+                       f"halving (eta {tuning['eta']}, {len(rung_budgets)} rungs)")
     for key, value in extra.items():
         table.insert(0, key, value)
     table["code_version"] = io.code_version()

@@ -130,9 +130,24 @@ def test_text_metric_is_lower_is_better():
 
 # --- diagnostics of the text claims (issue 28) ------------------------------------------------
 
-def judged_at(cid: str, table: pd.DataFrame, steps=None):
-    m = next(m for m in e5.measure(table, resamples=400, steps=steps) if m.id == cid)
+def judged_at(cid: str, table: pd.DataFrame, curve: pd.DataFrame | None = None):
+    m = next(m for m in e5.measure(table, resamples=400, curve=curve) if m.id == cid)
     return judge(REGISTRY[m.id], m)
+
+
+def curve_of(table: pd.DataFrame, budgets: dict) -> pd.DataFrame:
+    """The runs of `table` as a budget curve: each network at its default budget (`default`
+    True) and, per (variant, depth), at the budgets {(variant, depth): {budget: values}} (a
+    value per seed or one for all)."""
+    default = table.assign(budget=200, default=True)
+    extra = []
+    for (variant, depth), points in budgets.items():
+        base = table[(table.variant == variant) & (table.depth == depth)]
+        metric = e5.METRIC[base.task.iloc[0]][0]
+        for budget, v in points.items():
+            per_seed = v if isinstance(v, list) else [v] * len(base)
+            extra.append(base.assign(budget=budget, default=False, **{metric: per_seed}))
+    return pd.concat([default, *extra], ignore_index=True)
 
 
 @pytest.mark.parametrize("expected", ["reproduced", "partly", "not reproduced"])
@@ -168,8 +183,70 @@ def test_long_training_diagnostics_restate_the_claims_only_at_that_budget():
               **flat("digits", "post_ln_deesc", 0.9, 0.5)}
     table = pd.concat([runs("text", values), runs("digits", digits)], ignore_index=True)
     assert {cid.split(".")[1] for cid in e5.LONG_TRAINING} == {"text", "digits"}
+    # Every network also at 1,000 steps, with the same values: the diagnostics restate the
+    # claims; one network short of 1,000 steps leaves them not testable.
+    def same_at_1000(t):
+        part = table[table.task == t]
+        return curve_of(part, {(v, d): {e5.LONG_STEPS: part[(part.variant == v) & (
+            part.depth == d)][e5.METRIC[t][0]].tolist()} for v in e5.ARM.values()
+            for d in DEPTHS})
+
+    long_curve = pd.concat([same_at_1000("text"), same_at_1000("digits")], ignore_index=True)
     for cid, paper in e5.LONG_TRAINING.items():
-        short = judged_at(cid, table, steps=200)
+        short = judged_at(cid, table, curve_of(table, {}))
         assert short.verdict == "not testable" and "1,000" in short.measurement.note
-        long, claim = judged_at(cid, table, steps=e5.LONG_STEPS), judged_at(paper, table)
+        long, claim = judged_at(cid, table, long_curve), judged_at(paper, table)
         assert long.verdict == claim.verdict and long.measurement.value == claim.measurement.value
+        assert "every network at 1000 steps" in long.measurement.note
+    missing = long_curve[~((long_curve.variant == "post_ln") & (long_curve.depth == 8)
+                           & (long_curve.budget == e5.LONG_STEPS))]
+    for cid in e5.LONG_TRAINING:
+        assert judged_at(cid, table, missing).verdict == "not testable"
+
+
+# --- the control-converged checks (issue 39) ------------------------------------------------
+
+def test_a_run_without_a_budget_curve_leaves_the_checks_not_testable():
+    table = runs("digits", flat("digits", "pre_ln", 0.9, 0.9))
+    for cid in e5.CONVERGED:
+        assert judged_at(cid, table).verdict == "not testable"
+    assert "past its default budget" in judged_at("E5.digits.control_converged", table,
+                                                  curve_of(table, {})).measurement.note
+
+
+@pytest.mark.parametrize("task", e5.TASKS)
+@pytest.mark.parametrize("expected", ["reproduced", "partly", "not reproduced"])
+def test_the_control_converged_check_lands_in_each_verdict(task, expected):
+    """pre-LN at the deepest depth moves from its default budget (200) to the next longer
+    budget of its curve (400) by `moves` per seed, in the better direction; a longer budget
+    still (800) does not count."""
+    moves = {"reproduced": [0.01] * SEEDS, "partly": [0.0, 0.0, 0.0, 0.0, 0.13, 0.0],
+             "not reproduced": [0.1] * SEEDS}[expected]
+    table = runs(task, flat(task, "pre_ln", GOOD[task], GOOD[task]))
+    curve = curve_of(table, {("pre_ln", 8): {400: [GOOD[task] + SIGN[task] * m for m in moves],
+                                             800: GOOD[task] + SIGN[task] * 0.5},
+                             ("pre_ln", 4): {400: GOOD[task] + SIGN[task] * 0.5}})
+    row = judged_at(f"E5.{task}.control_converged", table, curve)
+    assert row.verdict == expected
+    assert row.measurement.value == pytest.approx(sum(moves) / SEEDS)
+    assert "depth 8: 200 → 400 steps" in row.measurement.note
+    assert e5.deciding_budgets(curve)[task] == {"depth": 8, "steps": 200, "longer": 400}
+
+
+def test_the_abstract_names_the_deciding_budget_and_the_controls_verdict():
+    table = runs("digits", {**flat("digits", "pre_ln", 0.9, 0.9),
+                            **flat("digits", "post_ln", 0.9, 0.3),
+                            **flat("digits", "post_ln_deesc", 0.9, 0.85)})
+    curve = curve_of(table, {("pre_ln", 8): {400: 0.91}})
+    rows = [judge(REGISTRY[m.id], m).to_dict()
+            for m in e5.measure(table, resamples=200, curve=curve)]
+    headline = next(r for r in rows if r["id"] == "E5.digits.deescalation_trains_deep")
+    section = {"numbers": {"budgets": e5.deciding_budgets(curve)}}
+    note = e5.headline_note(headline, rows, section)
+    assert note.startswith("At digits depth 8, where it is decided, every network trained 200 "
+                           "steps; the control (pre-LN) had converged there (a budget of 400 "
+                           "steps moved its test accuracy by 0.01")
+    failing = [dict(r, verdict="not reproduced") if r["id"] == "E5.digits.control_converged"
+               else r for r in rows]
+    assert "had not converged there" in e5.headline_note(headline, failing, section)
+    assert e5.headline_note(headline, rows, None) == ""

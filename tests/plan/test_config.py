@@ -97,6 +97,21 @@ BAD_CONFIGS = [
                                                                "'halving'"]),
     ("halving_rung_without_steps", "depth_grid: {tuning: halving, steps: 20, "
      "halving: {eta: 3, rungs: 5}}\n", ["depth_grid.halving", "81 steps", "is 20"]),
+    # E5's budgets: every depth has one, the warm-up fits each before its cool-down, and the
+    # budget curve's points branch off the stable phase of a wsd run
+    ("a_depth_without_a_budget", "depth_grid: {depths: {digits: [2, 16], text: [2]}}\n",
+     ["depth_grid.steps gives no budget for depth(s) [16]"]),
+    ("warmup_longer_than_a_depths_budget",
+     "depth_grid: {steps: {2: 40, 8: 500, 32: 500}, warmup: 50}\n",
+     ["depth_grid.warmup=50", "depth 2's budget of 40 steps", "at most 32 steps"]),
+    ("curve_budget_inside_the_warm_up", "depth_grid: {budget_curve: {budgets: [40, 1000]}}\n",
+     ["depth_grid.budget_curve.budgets: 40 steps", "less than the warm-up"]),
+    ("curve_without_wsd", "depth_grid: {schedule: cosine}\n",
+     ["depth_grid.budget_curve", "needs depth_grid.schedule: wsd"]),
+    ("steps_per_depth_not_a_number", "depth_grid: {steps: {2: many}}\n",
+     ["depth_grid.steps", "is not allowed"]),
+    ("unknown_selection_rule", "depth_grid: {select_by: f1}\n",
+     ["depth_grid.select_by", "'loss'", "'accuracy'"]),
     ("heads_outside_the_theorem", "particles: {homogenization: {heads_exponent: 0.5}}\n",
      ["particles.homogenization.heads_exponent", "maximum"]),
     # E1b's pretrained checkpoints are checked when the workflow is planned, not in their job.

@@ -57,6 +57,10 @@ BAD_INPUTS = [
     # the layer raised "width=15 is not divisible by heads=2" inside E3's circle job
     ("circle_width_not_divisible", {"circle": {"widths": [15, 32]}},
      ["circle.widths: 15", "circle.heads=2", "allowed"]),
+    # torch.randint drew a batch of 5,000 with replacement from 1,294 training images
+    ("batch_beyond_the_training_split", {"depth_grid": {"batch": 5000}},
+     ["depth_grid.batch=5000", "1294 training examples of task 'digits'",
+      "allowed: batch <= 1294"]),
     # a typo'd task: its depths were silently never trained
     ("depths_of_an_unknown_task", {"depth_grid": {"depths": {"digits": [2, 4], "txt": [2]}}},
      ["depth_grid.depths.txt", "unknown task 'txt'"]),
@@ -135,3 +139,15 @@ def test_dry_run_names_the_bad_key_before_any_job(tmp_path):
     assert "realarch.tokens=512" in proc.stdout, proc.stdout[-3000:]
     assert "Traceback" not in proc.stdout
     assert "Select jobs to execute" not in proc.stdout
+
+
+@pytest.mark.parametrize(("task", "options"), [
+    ("digits", {}), ("digits", {"val_fraction": 0.0, "test_fraction": 0.3}),
+    ("text", {"length": 16}), ("text", {"length": 64, "val_fraction": 0.1})])
+def test_training_examples_are_counted_without_building_the_task(task, options):
+    from rankcollapse.core.tasks import DIGITS_IMAGES, make_task, training_examples
+
+    assert training_examples(task, **options) == len(make_task(task, **options).y_train)
+    from sklearn.datasets import load_digits
+
+    assert DIGITS_IMAGES == len(load_digits().target)

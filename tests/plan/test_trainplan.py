@@ -104,21 +104,37 @@ def test_e5b_rivals_are_tuned_arms_at_the_deepest_depth_of_their_task():
 
 
 def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
-    """The default report decides E5 where depth bites: both tasks reach depth 32, every arm
-    tuned by successive halving, at least 5 fresh seeds, the placements and E5b's rivals at the
-    deepest digits depth."""
+    """The default report decides E5 where depth bites: digits reaches depth 32 (text depth 8,
+    where post-LN already fails), every arm tuned by successive halving on at least 3 tuning
+    seeds, at least 5 fresh seeds, E5b's rivals (DeepNorm among them) at the deepest digits
+    depth, every arm at one depth trained alike, and the control, post-LN and de-escalation
+    evaluated along a budget curve of at least 4 budgets over a factor of 8 that reaches the
+    long-training diagnostics' 1,000 steps."""
+    from rankcollapse.claims import e5
+
     grid = DEFAULT["depth_grid"]
-    for task in grid["tasks"]:
-        assert tunedplan.grid_depths(grid, task)[-1] >= 32
+    assert tunedplan.grid_depths(grid, "digits")[-1] >= 32
+    assert tunedplan.grid_depths(grid, "text")[-1] >= 8
     runs = tunedplan.tuned_runs(DEFAULT)
     deepest = tunedplan.grid_depths(grid, "digits")[-1]
+    assert "post_ln_deepnorm" in DEFAULT["rival_fixes"]["variants"]
     for variant in [*grid["placements"], *DEFAULT["rival_fixes"]["variants"]]:
         assert ("digits", variant, deepest) in runs
+    budgets = grid["budget_curve"]["budgets"]
+    assert len(budgets) >= 4 and max(budgets) >= 8 * min(budgets)
+    assert max(budgets) >= e5.LONG_STEPS
+    assert {"pre_ln", "post_ln", "post_ln_deesc"} <= set(grid["budget_curve"]["variants"])
     for job in tunedplan.tuned_jobs(DEFAULT):
         for arm in tunedplan.tuned_job_params(DEFAULT, job)["arms"]:
             assert arm["tuning"]["method"] == "halving"
-            assert len(arm["final_seeds"]) >= 5
+            assert arm["tuning"]["select_by"] == "loss"
+            assert len(arm["tuning_seeds"]) >= 3 and len(arm["final_seeds"]) >= 5
             assert not set(arm["final_seeds"]) & set(arm["tuning_seeds"])
+            depth = arm["model_options"]["depth"]
+            assert arm["train_options"]["steps"] == tunedplan.depth_steps(grid, depth)
+            assert arm["train_options"]["schedule"] == "wsd"
+            if job.variant in grid["budget_curve"]["variants"]:
+                assert arm["budgets"] == sorted(budgets)
     # The deep arms run alone; the shallow ones of one (task, variant) share a job.
     deep = [j for j in tunedplan.tuned_jobs(DEFAULT) if max(j.depths) == deepest]
     assert all(j.depths == (deepest,) for j in deep)
@@ -129,7 +145,7 @@ def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
     config = _config(depth_grid={"tasks": ["digits", "text"], "depths": {"digits": [2, 8],
                                                                         "text": [2, 4]},
                                  "placements": ["post_ln_deesc_mlp"],
-                                 "placement_tasks": ["digits"]},
+                                 "placement_tasks": ["digits"], "steps": 100},
                      report={"experiments": ["E5"]})  # no E5b: no rival arms
     runs = tunedplan.tuned_runs(config)
     variants = config["depth_grid"]["variants"]
@@ -138,7 +154,7 @@ def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
     assert not any(v == "post_ln_deesc_mlp" for t, v, _ in runs if t == "text")
     params = tunedplan.tuned_params(config, "text", "post_ln", 4)
     assert params["model_options"]["depth"] == 4
-    assert params["train_options"]["steps"] == config["depth_grid"]["steps"]
+    assert params["train_options"]["steps"] == tunedplan.depth_steps(config["depth_grid"], 4)
     assert params["sweep"]["lr"] == config["depth_grid"]["lr"]
     assert not set(params["tuning_seeds"]) & set(params["final_seeds"])
     assert ("digits", "post_ln", 2) not in {j.key for j in trainplan.ensembles(config)
@@ -226,7 +242,7 @@ def test_select_members_keeps_the_experiment_s_rows():
 def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
     grid = {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln"],
             "depths": {"digits": [2, 4, 8, 16], "text": [2, 4]},
-            "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"]}
+            "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"], "steps": 100}
     config = _config(depth_grid={**grid, "merge_depths_up_to": 0}, rival_fixes={"variants": []})
     alone = tunedplan.tuned_jobs(config)  # one job per arm
     assert [(j.task, j.variant, j.depths[0]) for j in alone] == tunedplan.tuned_runs(config)
@@ -247,3 +263,18 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
     config["train"]["gpu"] = 1
     assert tunedplan.tuned_job_gpu_mb(config, jobs[0]) == tunedplan.tuned_memory(
         config, "digits", "post_ln", 8)["gpu_mb"] > 0  # the largest arm's
+
+
+def test_a_budget_per_depth_and_each_arms_budget_curve():
+    grid = {"tasks": ["digits"], "depths": [2, 8, 32], "steps": {2: 100, 8: 200, 32: 400},
+            "budget_curve": {"budgets": [50, 150, 400, 800], "variants": ["pre_ln"]}}
+    assert [tunedplan.depth_steps(grid, d) for d in (2, 8, 32)] == [100, 200, 400]
+    assert tunedplan.depth_steps({**grid, "steps": 300}, 8) == 300
+    with pytest.raises(ValueError, match="no budget for depth 4"):
+        tunedplan.depth_steps(grid, 4)
+    # A config file's {depth: steps} merged over another's may name depths the grid lacks.
+    assert tunedplan.grid_budgets({**grid, "steps": {2: 100, 8: 200, 32: 400, 64: 9}}) == {
+        2: 100, 8: 200, 32: 400}
+    assert tunedplan.arm_budgets(grid, "pre_ln", 200) == [50, 150, 400, 800]  # past its own
+    assert tunedplan.arm_budgets(grid, "post_ln_center", 200) == [50, 150]  # up to its own
+    assert tunedplan.arm_budgets({"steps": 5}, "pre_ln", 5) == []

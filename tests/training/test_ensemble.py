@@ -316,3 +316,82 @@ def test_ensemble_job_tables_match_single_jobs(tmp_path):
                                       **tol)
         pd.testing.assert_frame_equal(mine_m.drop(columns=identity), solo_m, check_exact=False,
                                       rtol=1e-3, atol=1e-4)
+
+
+# --- budgets: cool-downs branched off one warmup-stable-decay trunk --------------------------
+
+WSD = replace(BASE, steps=40, schedule="wsd", cooldown=0.25, warmup=4, eval_every=10,
+              checkpoint_every=10)
+WSD_MEMBERS = [E.Member(0, WSD), E.Member(1, replace(WSD, lr=5e-3))]
+
+
+def _wsd(steps, checkpoint=None, **kwargs):
+    data = _task("digits", torch.float32)
+    members = [replace(m, train=replace(m.train, steps=steps)) for m in WSD_MEMBERS]
+    return _ensemble(data, "post_ln", members, torch.float32, checkpoint=checkpoint,
+                     fingerprint="f", **kwargs)
+
+
+def test_a_budget_branched_off_the_trunk_is_the_run_of_that_many_steps():
+    """A shorter budget's cool-down, branched off the stable phase, trains exactly the network a
+    run of that many steps trains (same batches, same rates): bit for bit, history included;
+    the trunk goes on as if no branch had been taken."""
+    torch.set_num_threads(1)
+    alone20, alone20_ens = _wsd(20)
+    alone12, _ = _wsd(12)
+    alone40, alone40_ens = _wsd(40)
+    kept, ens = _wsd(40, budgets=[12, 20], keep=20)
+    for a, b, sa, sb in zip(kept, alone20, ens.finals, alone20_ens.finals, strict=True):
+        pd.testing.assert_frame_equal(a.history, b.history, check_exact=True)
+        assert a.test_accuracy == b.test_accuracy and a.test_loss == b.test_loss
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert sorted(ens.budget_results) == [12, 20, 40]
+    for budget, alone in ((12, alone12), (20, alone20), (40, alone40)):
+        assert [r[:2] for r in ens.budget_results[budget]] == [
+            (r.test_loss, r.test_accuracy) for r in alone], budget
+    # Without `keep`, the trunk's own networks are the result.
+    trunk, trunk_ens = _wsd(40, budgets=[12, 20])
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(trunk_ens.finals, alone40_ens.finals,
+                                                          strict=True) for k in a)
+    pd.testing.assert_frame_equal(trunk[0].history, alone40[0].history, check_exact=True)
+
+
+def test_a_run_killed_after_a_branch_resumes_with_its_budgets(tmp_path):
+    torch.set_num_threads(1)
+    clean, clean_ens = _wsd(40, budgets=[12, 20], keep=20)
+    checkpoint = tmp_path / "checkpoint.pt"
+    data = _task("digits", torch.float32)
+    # Evaluations: the 12-step branch (at step 9), step 10 (then a checkpoint), the 20-step
+    # branch (at 15), step 20: stopped there, before the checkpoint at 20.
+    with pytest.raises(_Stop):
+        _wsd(40, checkpoint=checkpoint, budgets=[12, 20], keep=20,
+             evaluate=_stopping_evaluator(data, 4))
+    state = load_checked(checkpoint)
+    assert state["step"] == 10 and sorted(state["branches"]) == [12]
+    again, again_ens = _wsd(40, checkpoint=checkpoint, budgets=[12, 20], keep=20)
+    assert again_ens.budget_results == clean_ens.budget_results
+    for a, b, sa, sb in zip(again, clean, again_ens.finals, clean_ens.finals, strict=True):
+        pd.testing.assert_frame_equal(a.history, b.history, check_exact=True)
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize(("change", "budgets", "message"), [
+    ({"schedule": "cosine"}, [20], "only a wsd schedule"),
+    ({}, [50], "a branch needs 0 < budget < steps"),
+    ({"warmup": 9}, [8], "inside the warm-up"),
+])
+def test_budgets_that_cannot_branch_are_refused(change, budgets, message):
+    with pytest.raises(ValueError, match=message):
+        E.branch_points(replace(WSD, **change), budgets)
+
+
+def test_the_wsd_schedule_warms_up_holds_and_cools_down_to_zero():
+    factor = T.schedule(WSD)  # 40 steps, warm-up 4, the last 10 cool down
+    assert [factor(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert all(factor(s) == 1.0 for s in range(4, 30))
+    assert [factor(s) for s in (30, 35, 39)] == [1.0, 0.5, 0.1]
+    assert E.branch_points(WSD, [12, 20, 40]) == {9: [12], 15: [20]}
+    with pytest.raises(ValueError, match="runs into the cool-down"):
+        replace(WSD, warmup=31)
+    with pytest.raises(ValueError, match="cooldown"):
+        replace(WSD, cooldown=0.0)

@@ -130,9 +130,9 @@ def test_halving_keeps_the_best_of_each_rung_and_is_deterministic(tmp_path):
     rung0, rung1 = sweep[sweep.rung == 0], sweep[sweep.rung == 1]
     assert set(rung0.rung_steps) == {4} and set(rung1.rung_steps) == {8}
     assert len(rung0) == 4 * 2 and len(rung1) == 2 * 2  # 4 settings, then the best half
-    kept = tuning.rank(rung0, "accuracy")[:2]
+    kept = tuning.rank(rung0, "loss")[:2]  # the default rule: mean validation loss
     assert sorted(rung1.peak_lr.unique()) == sorted(k["lr"] for k in kept)
-    assert chosen == tuning.select(rung1, "accuracy")
+    assert chosen == tuning.select(rung1, "loss")
     # selected: the chosen setting at the rung that chose it, and the final members
     assert set(table[table.selected].role) == {"sweep", "final"}
     assert (table[table.selected & (table.role == "sweep")].rung == 1).all()
@@ -162,12 +162,19 @@ def test_the_report_says_which_method_chose_the_settings():
     config["depth_grid"].pop("tuning")
     grid_line = describe.depth_grid(config)
     assert "(grid)" in grid_line
-    config["depth_grid"].update(tuning="halving", steps=180, halving={"eta": 3, "rungs": 3})
+    config["depth_grid"].update(tuning="halving", steps=180, halving={"eta": 3, "rungs": 3},
+                                tuning_seeds=[100, 101, 102])
     line = describe.depth_grid(config)
-    assert "successive halving (eta 3, rungs of 20, 60, 180 steps)" in line
-    # 10 settings x 1 tuning seed: 10 at rung 0, 4 at rung 1, 2 at rung 2, then 5 fresh seeds
+    assert ("successive halving (eta 3, rungs at fractions of the budget: 10 settings at 1/9, 4 "
+            "at 1/3, 2 at the full budget)") in line and "180 steps of batch" in line
+    # 10 settings x 3 tuning seeds: 10 at rung 0, 4 at rung 1, 2 at rung 2, then 5 fresh seeds
     arms = int(line.split(" tuned arms")[0])
-    assert line.endswith(f"{arms * (10 + 4 + 2 + 5)} trained networks")
+    assert line.endswith(f"{arms * ((10 + 4 + 2) * 3 + 5)} trained networks")
+    # With 9 settings the last rung would retrain a lone survivor: it is not trained.
+    config["depth_grid"].update(lr=[1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0], warmup=5)
+    line = describe.depth_grid(config)
+    assert "9 settings at 1/9, 3 at 1/3)" in line
+    assert line.endswith(f"{arms * ((9 + 3) * 3 + 5)} trained networks")
 
 
 # --- several arms in one job (depth_grid.merge_depths_up_to) ---------------------------------
@@ -241,3 +248,55 @@ def test_a_killed_multi_arm_job_keeps_its_finished_arms(tmp_path, monkeypatch):
     assert resumed[0] == reference[0]
     for name, table in resumed[1].items():
         pd.testing.assert_frame_equal(table, reference[1][name], check_exact=True)
+
+
+def test_a_rung_that_would_retrain_a_lone_survivor_is_skipped(tmp_path):
+    """eta 4 over 4 settings leaves one after rung 0: that one is the selection, and its full
+    budget is the fresh seeds' (no tuning seed retrains it)."""
+    from rankcollapse.training.selection import decisions
+
+    chosen, table, _ = _tuned(tmp_path / "a", "halving", eta=4, rungs=2)
+    sweep = table[table.role == "sweep"]
+    assert set(sweep.rung) == {0} and len(sweep) == 4 * 2
+    assert chosen == tuning.select(sweep, "loss")
+    assert (table[table.selected & (table.role == "sweep")].rung == 0).all()
+    d = decisions(table).iloc[0]
+    assert d.rung == 0 and d.selected_lr == chosen["lr"] and d.tuning_seeds == 2
+
+
+WSD_SHARED = {**SHARED, "steps": 12, "schedule": "wsd", "cooldown": 0.25}
+
+
+def _one_rate_job(folder, steps, budgets=()):
+    """A tuned job whose sweep has one setting (so every job selects it) at `steps`."""
+    folder.mkdir()
+    tuning.run_tuned_job(
+        "digits", {}, PRESETS["post_ln"], TINY, {**WSD_SHARED, "steps": steps},
+        {"lr": 3e-3, "warmup": 2, "weight_decay": 0.0}, [100], [0, 1],
+        folder / "ensemble.pt", folder / "history.parquet", folder / "tuning.parquet",
+        extra_columns={"task": "digits", "variant": "post_ln", "depth": 1}, budgets=budgets)
+    return pd.read_parquet(folder / "tuning.parquet"), pd.read_parquet(folder / "history.parquet")
+
+
+def test_the_budget_curve_rows_are_the_runs_of_those_budgets(tmp_path):
+    """The fresh seeds' curve (a trunk to the longest budget, cool-downs branched off it) gives
+    at each budget the test metrics of a job trained that many steps, and keeps the networks of
+    the job's own budget."""
+    table, history = _one_rate_job(tmp_path / "curve", 12, budgets=[8, 12, 16])
+    curve = table[table.role == "budget"].sort_values(["rung_steps", "seed"])
+    assert sorted(curve.rung_steps.unique()) == [8, 16]  # 12 is the final rows' own budget
+    assert (curve.val_loss.isna()).all() and curve.selected.all()
+    for steps in (8, 16):
+        alone, _ = _one_rate_job(tmp_path / f"L{steps}", steps)
+        final = alone[alone.role == "final"].sort_values("seed")
+        at = curve[curve.rung_steps == steps]
+        assert list(at.test_loss) == list(final.test_loss), steps
+        assert list(at.test_accuracy) == list(final.test_accuracy), steps
+    alone12, history12 = _one_rate_job(tmp_path / "L12", 12)
+    columns = ["seed", "test_loss", "test_accuracy", "val_loss", "val_accuracy", "rung_steps"]
+    pd.testing.assert_frame_equal(
+        table[table.role == "final"][columns].reset_index(drop=True),
+        alone12[alone12.role == "final"][columns].reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(history.drop(columns=["config_hash", "code_version"]),
+                                  history12.drop(columns=["config_hash", "code_version"]),
+                                  check_exact=True)

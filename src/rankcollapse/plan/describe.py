@@ -30,11 +30,13 @@ def depth_grid(c: dict) -> str:
         if rung and survivors == 1:
             break  # a lone survivor's full budget is the fresh seeds'
         swept += survivors * _size(g["tuning_seeds"])
-        rungs.append(f"{survivors} at 1/{fractions[-1] // fraction}" if fraction < fractions[-1]
-                     else f"{survivors} at the full budget")
+        where = (f"1/{fractions[-1] // fraction}" if fraction < fractions[-1]
+                 else "the full budget")
+        rungs.append(f"{survivors} settings at {where}" if not rung else f"{survivors} at {where}")
         survivors = 1 if rung == len(fractions) - 1 else -(-survivors // halving["eta"])
     how = ("every setting trained to the full budget (grid)" if method == "grid" else
-           f"successive halving (eta {halving['eta']}: {', '.join(rungs)} of the budget)")
+           f"successive halving (eta {halving['eta']}, rungs at fractions of the budget: "
+           f"{', '.join(rungs)})")
     budgets = grid_budgets(g)
     steps = (f"{next(iter(budgets.values()))} steps" if len(set(budgets.values())) == 1 else
              "steps " + ", ".join(f"{s} at depth {d}" for d, s in budgets.items()))

@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 # TrainConfig fields every member of one ensemble shares (one batched step, one schedule of
 # evaluations and checkpoints); the others are per member.
 SHARED_FIELDS = ("steps", "batch", "clip", "checkpoint_every", "eval_every", "precision",
-                 "engine", "attention")
+                 "engine", "attention", "schedule", "cooldown")
 HISTORY_COLUMNS = ["step", "loss", "lr", "grad_norm", "test_loss", "test_accuracy"]
 # How a member was trained, in every results row that comes from training (provenance).
 NUMERICS_COLUMNS = ("precision", "engine", "attention")

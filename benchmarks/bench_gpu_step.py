@@ -17,7 +17,7 @@ QUICK=1 (what CI runs, on the CPU): tiny sizes (width 16, depth 2, K = 4, batch 
 compile (no CUDA graphs on a CPU; compile traced with the aot_eager backend, since
 inductor's C++ code generation takes minutes on 2 cores, and in float32 only), float32 and bf16:
 it checks that the benchmark runs, not the numbers. B9_DEPTHS, B9_K, B9_ENGINES,
-B9_PRECISIONS, B9_STEPS override.
+B9_PRECISIONS, B9_STEPS override; B9_CONFIG=default measures the default config's arm.
 """
 
 from __future__ import annotations
@@ -53,9 +53,13 @@ def _env_list(name: str, default: str) -> list[str]:
 
 
 def paper_arm() -> tuple[dict, dict, str, dict]:
-    """(model sizes, train options, variant, switches) of a paper.yaml arm (QUICK: tiny)."""
-    config = load_config(HERE.parent / "workflow/config/default.yaml",
-                         HERE.parent / "workflow/config/paper.yaml")
+    """(model sizes, train options, variant, switches) of a paper.yaml arm (QUICK: tiny);
+    B9_CONFIG=default: the default config's arm instead (width 32, batch 32: the CPU's deep arm,
+    benchmarks/README.md, issue 39)."""
+    files = [HERE.parent / "workflow/config/default.yaml"]
+    if os.environ.get("B9_CONFIG", "paper") == "paper":
+        files.append(HERE.parent / "workflow/config/paper.yaml")
+    config = load_config(*files)
     t, grid = config["train"], config["depth_grid"]
     variant = grid["variants"][0]
     model = {"width": t["width"], "heads": t["heads"], "mlp_ratio": t["mlp_ratio"]}

@@ -90,7 +90,6 @@ def ensembles(config: dict) -> list[dict]:
     if not {"E5", "E5b"} & set(config["report"]["experiments"]):
         return out
     grid = config["depth_grid"]
-    halving = {**tuned.HALVING, **grid.get("halving", {})}
     e5 = {*grid["variants"], *grid.get("placements", [])}
     for task, variant, depth in tuned.tuned_runs(config):
         experiment = "E5" if variant in e5 else "E5b"  # E5b's rival fixes are tuned arms too
@@ -99,18 +98,12 @@ def ensembles(config: dict) -> list[dict]:
         flops = member_step_flops(config, task, p["task_options"], variant, p["model_options"],
                                   p["train_options"]["batch"])
         fit = max(1, math.floor(p["memory"]["budget_mb"] / p["memory"]["member_mb"]))
-        budgets = tuned.rung_steps(steps, grid.get("tuning", "grid"), halving["eta"],
-                                    halving["rungs"])
-        settings = len(tuned.grid(p["sweep"]))
-        for rung, rung_steps in enumerate(budgets):
-            if rung and settings == 1:
-                break  # a lone survivor is not retrained: its full budget is the fresh seeds'
-            team = settings * len(p["tuning_seeds"])
-            for part in memory.split(list(range(team)), 1.0, float(fit)):
+        for rung, r in enumerate(tuned.rung_plan(len(tuned.grid(p["sweep"])), steps,
+                                                 p["tuning"], len(p["tuning_seeds"]))):
+            for part in memory.split(list(range(r["settings"] * r["seeds"])), 1.0, float(fit)):
                 out.append({"experiment": experiment, "task": task, "depth": depth,
-                            "members": len(part), "steps": rung_steps, "flops": flops,
+                            "members": len(part), "steps": r["budget"], "flops": flops,
                             "what": f"sweep rung {rung}"})
-            settings = 1 if rung == len(budgets) - 1 else math.ceil(settings / halving["eta"])
         # The fresh seeds: a trunk to the longest budget of their curve, and each shorter
         # budget's cool-down branched off it.
         trunk = max([steps, *p["budgets"]])

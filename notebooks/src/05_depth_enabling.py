@@ -249,7 +249,12 @@ for ax, task in zip(axes[0], tasks):
     ax.set_xlabel("training budget (steps per network)")
     ax.set_ylabel(f"tuned {label}")
     ax.set_title(f"{task}, L = {deepest}: the metric against the budget")
-    ax.legend(frameon=False, fontsize=7)
+legend = {}
+for ax in axes[0]:
+    for handle, name in zip(*ax.get_legend_handles_labels()):
+        legend.setdefault(name, handle)
+fig.legend(legend.values(), legend.keys(), frameon=False, fontsize=7.5, ncol=4,
+           loc="outside lower center")
 fig_budget = plotting.save(fig, figures_dir, "budget_curve")
 
 # %% [markdown]

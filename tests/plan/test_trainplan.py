@@ -278,3 +278,17 @@ def test_a_budget_per_depth_and_each_arms_budget_curve():
     assert tunedplan.arm_budgets(grid, "pre_ln", 200) == [50, 150, 400, 800]  # past its own
     assert tunedplan.arm_budgets(grid, "post_ln_center", 200) == [50, 150]  # up to its own
     assert tunedplan.arm_budgets({"steps": 5}, "pre_ln", 5) == []
+
+
+def test_the_rung_plan_trains_no_lone_survivor_and_screens_on_fewer_seeds():
+    halving = {"method": "halving", "eta": 3, "rungs": 3}
+    assert tunedplan.rung_plan(9, 900, halving, 3) == [
+        {"budget": 100, "settings": 9, "seeds": 3}, {"budget": 300, "settings": 3, "seeds": 3}]
+    assert tunedplan.rung_plan(10, 900, halving, 3)[-1] == {"budget": 900, "settings": 2,
+                                                           "seeds": 3}
+    # screening rungs on the first seed, the deciding rung (the last trained) on all three
+    assert [r["seeds"] for r in tunedplan.rung_plan(9, 900, {**halving, "screen_seeds": 1},
+                                                    3)] == [1, 3]
+    assert tunedplan.rung_plan(4, 90, {"method": "grid"}, 2) == [
+        {"budget": 90, "settings": 4, "seeds": 2}]
+    assert tunedplan.rung_plan(1, 90, halving, 2) == [{"budget": 10, "settings": 1, "seeds": 2}]

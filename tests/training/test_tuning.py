@@ -300,3 +300,14 @@ def test_the_budget_curve_rows_are_the_runs_of_those_budgets(tmp_path):
     pd.testing.assert_frame_equal(history.drop(columns=["config_hash", "code_version"]),
                                   history12.drop(columns=["config_hash", "code_version"]),
                                   check_exact=True)
+
+
+def test_screening_rungs_train_on_the_first_tuning_seeds_and_the_deciding_rung_on_all(tmp_path):
+    from rankcollapse.training.selection import decisions
+
+    chosen, table, _ = _tuned(tmp_path / "a", "halving", eta=2, rungs=2, screen_seeds=1)
+    sweep = table[table.role == "sweep"]
+    assert set(sweep[sweep.rung == 0].seed) == {100} and len(sweep[sweep.rung == 0]) == 4
+    assert set(sweep[sweep.rung == 1].seed) == {100, 101} and len(sweep[sweep.rung == 1]) == 4
+    assert chosen == tuning.select(sweep[sweep.rung == 1], "loss")
+    assert decisions(table).iloc[0].tuning_seeds == 2

@@ -3,7 +3,7 @@ the experiment registry (an experiment's method note is its claims module's `met
 
 from __future__ import annotations
 
-from rankcollapse.plan.tuned import HALVING, grid_budgets, grid_depths, rung_steps, tuned_runs
+from rankcollapse.plan.tuned import HALVING, grid_budgets, grid_depths, rung_plan, tuned_runs
 from rankcollapse.plan.tuned import grid as sweep_grid
 
 
@@ -23,17 +23,17 @@ def depth_grid(c: dict) -> str:
     depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
     halving = {**HALVING, **g.get("halving", {})}
     method = g.get("tuning", "grid")
-    fractions = rung_steps(halving["eta"] ** (halving["rungs"] - 1), method, halving["eta"],
-                           halving["rungs"]) if method == "halving" else [1]
-    survivors, swept, rungs = settings, 0, []
-    for rung, fraction in enumerate(fractions):
-        if rung and survivors == 1:
-            break  # a lone survivor's full budget is the fresh seeds'
-        swept += survivors * _size(g["tuning_seeds"])
-        where = (f"1/{fractions[-1] // fraction}" if fraction < fractions[-1]
-                 else "the full budget")
-        rungs.append(f"{survivors} settings at {where}" if not rung else f"{survivors} at {where}")
-        survivors = 1 if rung == len(fractions) - 1 else -(-survivors // halving["eta"])
+    seeds = _size(g["tuning_seeds"])
+    plan = rung_plan(settings, halving["eta"] ** (halving["rungs"] - 1),
+                     {"method": method, **halving}, seeds)
+    full = halving["eta"] ** (halving["rungs"] - 1) if method == "halving" else 1
+    swept = sum(r["settings"] * r["seeds"] for r in plan)
+    rungs = []
+    for i, r in enumerate(plan):
+        where = f"1/{full // r['budget']}" if r["budget"] < full else "the full budget"
+        on = f" on {r['seeds']} seed(s)" if r["seeds"] != seeds else ""
+        rungs.append(f"{r['settings']} settings at {where}{on}" if not i
+                     else f"{r['settings']} at {where}{on}")
     how = ("every setting trained to the full budget (grid)" if method == "grid" else
            f"successive halving (eta {halving['eta']}, rungs at fractions of the budget: "
            f"{', '.join(rungs)})")

@@ -11,7 +11,9 @@ from rankcollapse.core.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, swee
 from rankcollapse.plan.memory import CONTEXT_MB, member_memory_mb
 
 METHODS = ("grid", "halving")
-HALVING = {"eta": 3, "rungs": 3}  # successive halving's defaults (the schema's too)
+# Successive halving's defaults (the schema's too). screen_seeds: how many of the tuning seeds
+# train the rungs before the deciding one (0: all of them).
+HALVING = {"eta": 3, "rungs": 3, "screen_seeds": 0}
 # What E5's arms take from the `train` block; steps, batch, schedule and cooldown are
 # depth_grid's own.
 TUNED_SHARED = ("clip", "checkpoint_every", "eval_every", "precision", "engine", "attention")
@@ -185,3 +187,24 @@ def rung_steps(steps: int, method: str = "grid", eta: int = HALVING["eta"],
         raise ValueError(f"halving: {rungs} rungs at eta={eta} leave rung 0 of {steps} steps "
                          "with no step to train")
     return budgets
+
+
+def rung_plan(settings: int, steps: int, tuning: dict, seeds: int) -> list[dict]:
+    """The rungs a tuned arm trains: [{budget, settings, seeds}] for a sweep of `settings`
+    settings over `seeds` tuning seeds (tuning: {method, eta, rungs, screen_seeds}). Rung r keeps
+    the best 1/eta (rounded up) for the next; a rung that would train a single setting is not
+    trained (that setting is the selection: its full budget is the fresh seeds'), so the last
+    rung listed decides; the rungs before it (the screening rungs) train on the first
+    `screen_seeds` tuning seeds when that is set, the deciding rung on all of them."""
+    t = {"method": "grid", **HALVING, **tuning}
+    budgets = rung_steps(int(steps), t["method"], t["eta"], t["rungs"])
+    plan, survivors = [], int(settings)
+    for rung, budget in enumerate(budgets):
+        if rung and survivors == 1:
+            break
+        plan.append({"budget": budget, "settings": survivors, "seeds": int(seeds)})
+        survivors = 1 if rung == len(budgets) - 1 else math.ceil(survivors / t["eta"])
+    screen = int(t.get("screen_seeds") or 0)
+    for rung in plan[:-1]:
+        rung["seeds"] = min(screen, seeds) if screen else seeds
+    return plan

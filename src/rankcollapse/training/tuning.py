@@ -21,7 +21,13 @@ from rankcollapse import io, runtime
 from rankcollapse.core.specs import stable_steps
 from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.plan.memory import split
-from rankcollapse.plan.tuned import HALVING, METHODS, grid, rung_steps  # noqa: F401 - re-exported
+from rankcollapse.plan.tuned import (  # noqa: F401 - METHODS, rung_steps re-exported
+    HALVING,
+    METHODS,
+    grid,
+    rung_plan,
+    rung_steps,
+)
 from rankcollapse.training.ensemble import (
     NUMERICS_COLUMNS,
     Ensemble,
@@ -130,6 +136,7 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
     tuning = {"method": "grid", **HALVING, "select_by": "loss", **(tuning or {})}
     steps = int(train_options["steps"])
     rung_budgets = rung_steps(steps, tuning["method"], tuning["eta"], tuning["rungs"])
+    rungs = rung_plan(len(grid(sweep)), steps, tuning, len(tuning_seeds))
     memory = memory or {}
     runtime.setup(threads, int(final_seeds[0]))
     dev = runtime.job_device(device, memory.get("gpu_mb") or None)
@@ -177,15 +184,15 @@ def run_tuned_job(task: str, task_options: dict, variant: dict, model_options: d
     # the grid trains every setting to the full budget; successive halving trains every setting
     # a short budget, keeps the best 1/eta on validation, and so on up to the full budget. A
     # rung that would train a single setting is not trained: that setting is the selection, and
-    # its full budget is the fresh seeds' (step 2).
+    # its full budget is the fresh seeds' (step 2). The screening rungs may train on fewer
+    # tuning seeds than the deciding one (plan.tuned.rung_plan).
     survivors, sweep_rows, deciding = grid(sweep), [], 0
-    for rung, rung_budget in enumerate(rung_budgets):
-        if rung and len(survivors) == 1:
-            break
-        team, nominal = rung_members(train_options, survivors, tuning_seeds, rung_budget)
+    for rung, planned in enumerate(rungs):
+        rung_budget, seeds = planned["budget"], list(tuning_seeds)[:planned["seeds"]]
+        team, nominal = rung_members(train_options, survivors, seeds, rung_budget)
         log.info("sweep rung %d of %d (%s): %d members (%d settings x %d tuning seeds), %d "
                  "steps, selecting on validation %s", rung + 1, len(rung_budgets),
-                 tuning["method"], len(team), len(survivors), len(tuning_seeds), rung_budget, by)
+                 tuning["method"], len(team), len(survivors), len(seeds), rung_budget, by)
         name = "sweep" if len(rung_budgets) == 1 else f"sweep_rung{rung}"
         ens, results, _, hashes = train_team(team, name, val)
         rows = _member_rows("sweep", team, results, [(r.test_loss, r.test_accuracy)

@@ -279,7 +279,9 @@ def _measure_paper(runs: pd.DataFrame, resamples: int) -> list[Measurement]:
     for name, placement in PLACEMENTS.items():
         cid = f"E5.digits.{name}"
         if not len(t) or placement not in set(t.variant) or "post_ln_deesc" not in set(t.variant):
-            out.append(not_testable(cid, f"needs {placement} and post_ln_deesc on digits"))
+            out.append(not_testable(cid, f"needs {placement} and post_ln_deesc on digits "
+                                         "(depth_grid.placements: workflow/config/"
+                                         "diagnostics.yaml trains them)"))
             continue
         deepest = int(t[t.variant == placement].depth.max())
         units = _per_seed(t[t.depth == deepest], "accuracy")

@@ -11,6 +11,7 @@ and checks them before anything heavy is imported, so that --help and bad input 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -132,7 +133,9 @@ def checked(args: argparse.Namespace) -> dict:
                              f"model{known}; the probe runs {list(allowed)} on it")
     for name, value, low in (("--tokens", args.tokens, 2), ("--batch", args.batch, 1),
                              ("--seeds", args.seeds, 1), ("--spectrum-sequences",
-                                                          args.spectrum_sequences, 0)):
+                                                          args.spectrum_sequences, 0),
+                             ("--layers", args.layers, 1), ("--width", args.width, 1),
+                             ("--heads", args.heads, 1)):
         if value is not None and value < low:
             raise ProbeError(f"{name} {value}: must be at least {low}")
     if limit is not None and args.tokens > limit:
@@ -145,6 +148,12 @@ def checked(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out}: exists and is not a folder")
+    # The folder must be creatable: its nearest existing ancestor a folder we may write in.
+    parent = next(p for p in (out, *out.absolute().parents) if p.exists())
+    if not parent.is_dir():
+        raise ProbeError(f"--out {out}: cannot be created, {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ProbeError(f"--out {out}: cannot be created, {parent} is not writable")
     existing = [name for name in PROBE_OUTPUTS if (out / name).exists()]
     if existing and not args.force:
         raise ProbeError(f"--out {out} already holds {existing}; nothing was overwritten "

@@ -46,6 +46,9 @@ BAD_CONFIGS = [
     ("unknown_experiment", "report: {experiments: [E99]}\n", ["report.experiments[0]", "E99"]),
     ("bad_device", "device: tpu\n", ["device", "'cuda'"]),
     ("variant_missing_switch", "variants: {half: {skip: true}}\n", ["variants.half", "mlp"]),
+    # a list where a mapping belongs: a TypeError from the preset merge, before the schema
+    ("variants_as_a_list", "variants: [san, post_ln]\n",
+     ["variants: ['san', 'post_ln'] is not"]),
     # A config's name picks its output root: none may land in the default's folders or elsewhere
     ("name_is_a_results_folder", "name: tables\n", ["name: 'tables'", "overwrite", "another name"]),
     ("name_is_the_report", "name: report\n", ["name: 'report'", "overwrite"]),
@@ -286,3 +289,11 @@ def test_output_root_of_a_missing_config_file_is_a_message_not_a_traceback(tmp_p
                           str(tmp_path / "no_such.yaml")], capture_output=True, text=True)
     assert out.returncode == 2
     assert "no_such.yaml" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_variants_given_as_a_list_are_named_before_the_preset_merge():
+    from rankcollapse.plan.config import with_presets_applied
+
+    with pytest.raises(ConfigError, match=r"variants: \['san', 'post_ln'\] is not allowed; "
+                                          "allowed: a mapping of names to switches"):
+        with_presets_applied({"variants": ["san", "post_ln"]})

@@ -302,6 +302,9 @@ def bad_inputs(checkpoints: dict, tmp: Path) -> list[tuple[str, list, list[str]]
          ["--tokens 5000", "2048 positions"]),
         ("seeds_of_a_checkpoint", [gpt2, "--seeds", 3], ["--seeds 3", "one network"]),
         ("resizing_a_checkpoint", [gpt2, "--layers", 4], ["--layers", "checkpoint"]),
+        # a family resized to nothing: torch raised a RuntimeError inside the model's build
+        ("negative_width", ["gpt2", "--width", -32], ["--width -32", "must be at least 1"]),
+        ("no_layers", ["llama", "--layers", 0], ["--layers 0", "must be at least 1"]),
         ("outputs_exist", [gpt2], ["already holds", "probe.json", "--force"]),
         # Every file the probe will read is checked before any is loaded.
         ("no_weights", [only_config],
@@ -347,6 +350,16 @@ def test_every_bad_input_is_refused_with_its_message(checkpoints, tmp_path, out_
         for fragment in fragments:
             assert fragment in message, f"{name}: {fragment!r} not in {message!r}"
         assert checksum(out_dir) == before, name
+
+
+def test_an_output_folder_that_cannot_be_created_is_refused_before_the_run(tmp_path, capsys):
+    """It was a FileNotFoundError traceback after the whole probe had run."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder\n")
+    assert run_cli("gpt2", "--out", blocker / "sub" / "out") == 2
+    message = capsys.readouterr().err
+    assert message == (f"rankcollapse probe: error: --out {blocker / 'sub' / 'out'}: cannot be "
+                       f"created, {blocker} is a file\n")
 
 
 def test_a_family_name_is_the_family_unless_a_checkpoint_of_that_name_is_here(

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import jsonschema
 import yaml
 
-from rankcollapse.core.specs import with_presets
+from rankcollapse.core.specs import PRESETS, with_presets
 from rankcollapse.plan import checks, experiments
 from rankcollapse.plan.data_checks import data_problems
 from rankcollapse.plan.training import groups
@@ -164,8 +164,14 @@ def load_config(*files: str | os.PathLike) -> dict:
 
 def with_presets_applied(config: dict) -> dict:
     """`config` with its `variants` block on top of the presets (the workflow applies this to
-    Snakemake's config before any check)."""
-    return {**config, "variants": with_presets(config.get("variants"))}
+    Snakemake's config before any check, so a block of the wrong shape is named here)."""
+    variants = config.get("variants")
+    if variants is not None and not isinstance(variants, dict):
+        raise ConfigError(f"invalid config:\n  - variants: {variants!r} is not allowed; allowed: "
+                          "a mapping of names to switches (variants: {mine: {skip: true, mlp: "
+                          "true, norm: post}}), which adds to or overrides the presets "
+                          f"{sorted(PRESETS)}")
+    return {**config, "variants": with_presets(variants)}
 
 
 def main(argv: list[str]) -> int:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from rankcollapse.core.metrics import layer_metrics
-from rankcollapse.core.model import PRESETS, build
+from rankcollapse.core.model import build
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.experiments.init_sweep import init_sweep
 
 try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from rankcollapse.core.model import PRESETS
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import make_task
 from rankcollapse.experiments import paths
 from rankcollapse.training.train import new_model

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from rankcollapse.core.model import PRESETS, build
+from rankcollapse.core.model import build
+from rankcollapse.core.specs import PRESETS
 
 try:
     from common import QUICK, bench_device, interleaved_times, record, synced

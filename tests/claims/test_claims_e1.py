@@ -76,3 +76,14 @@ def test_with_fewer_than_five_seeds_the_interval_is_their_range():
              if m.id == "E1.san_cubic_rate")
     assert m.interval_kind == "range" and m.n == 3 and "range of 3 seeds" in m.method
     assert judge(REGISTRY[m.id], m).interval == pytest.approx((3.0, 3.4))
+
+
+def test_the_fit_range_has_one_home():
+    """The probe (which reads no config) fits E1's exponent over the range the workflow's config
+    gives by default: both are claims.e1.MAX_RESIDUAL."""
+    import yaml
+
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    default = schema["properties"]["fit"]["properties"]["max_residual"]["default"]
+    shipped = yaml.safe_load((ROOT / "workflow/config/default.yaml").read_text())["fit"]
+    assert default == shipped["max_residual"] == e1.MAX_RESIDUAL

@@ -2,13 +2,13 @@ import pytest
 import torch
 
 from rankcollapse.core.model import (
-    PRESETS,
     ModelConfig,
     Transformer,
     build,
     build_task_model,
     token_mean,
 )
+from rankcollapse.core.specs import PRESETS
 
 VARIANTS = sorted(PRESETS)
 

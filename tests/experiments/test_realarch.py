@@ -11,9 +11,10 @@ from torch import nn
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may touch the network
 pytest.importorskip("transformers")
 
+from rankcollapse import probe  # noqa: E402
 from rankcollapse.experiments import realarch  # noqa: E402
 
-TINY = {  # small enough to build in milliseconds; vocabulary above realarch.FIRST_ID
+TINY = {  # small enough to build in milliseconds; vocabulary above probe.FIRST_ID
     "bert": {"vocab_size": 1200, "hidden_size": 32, "num_hidden_layers": 3,
              "num_attention_heads": 2, "intermediate_size": 64},
     "albert": {"vocab_size": 1200, "embedding_size": 16, "hidden_size": 32,
@@ -34,14 +35,14 @@ def ids(batch: int = 3, tokens: int = 10) -> torch.Tensor:
 
 def test_base_configs_are_base_size():
     for model in realarch.MODELS:
-        c = realarch.base_config(model)
+        c = probe.base_config(model)
         width = getattr(c, "hidden_size", None) or c.d_model
         layers = getattr(c, "num_hidden_layers", None) or c.n_layer
         assert (width, layers) == (768, 12), model
-    albert = realarch.base_config("albert")
+    albert = probe.base_config("albert")
     assert albert.embedding_size == 128 and albert.intermediate_size == 3072
     assert albert.num_hidden_groups == 1  # one set of weights shared by all 12 layers
-    assert realarch.base_config("xlnet").d_inner == 3072
+    assert probe.base_config("xlnet").d_inner == 3072
 
 
 @pytest.mark.parametrize("model", realarch.MODELS)
@@ -91,7 +92,7 @@ def test_albert_wrapper_with_skip_is_albert_attention():
     h = net.encoder.embedding_hidden_mapping_in(net.embeddings(input_ids=x))
     with torch.no_grad():
         expected = layer.attention(h)[0]
-        got = realarch.AlbertAttentionAblated(layer.attention, skip=True)(h)[0]
+        got = probe.AlbertAttentionAblated(layer.attention, skip=True)(h)[0]
     torch.testing.assert_close(got, expected)
 
 
@@ -138,9 +139,9 @@ def test_checkpoint_directory_is_loaded_offline(tmp_path):
 
 def test_inputs_random_and_package_text():
     a, b = (realarch.model_inputs("random", 4, 16, 1200, seed=1) for _ in range(2))
-    assert torch.equal(a, b) and a.min() >= realarch.FIRST_ID and a.max() < 1200
+    assert torch.equal(a, b) and a.min() >= probe.FIRST_ID and a.max() < 1200
     text = realarch.model_inputs("text", 32, 128, 30000, seed=0)
-    assert text.shape == (32, 128) and text.min() >= realarch.FIRST_ID
+    assert text.shape == (32, 128) and text.min() >= probe.FIRST_ID
     assert len(text.unique()) < text.numel() / 2  # real text repeats its words
     with pytest.raises(ValueError, match="allowed values"):
         realarch.model_inputs("wiki", 1, 1, 1200, seed=0)

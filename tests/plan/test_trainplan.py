@@ -14,7 +14,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rankcollapse.core.model import PRESETS, ModelConfig, build_task_model
+from rankcollapse.core.model import ModelConfig, build_task_model
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import TASKS, make_task, task_spec
 from rankcollapse.plan import memory
 from rankcollapse.plan import training as trainplan

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import torch
 
-from rankcollapse.core.model import PRESETS
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.io import load_checked
 from rankcollapse.training import ensemble as E

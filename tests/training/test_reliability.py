@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from rankcollapse import io, notebooks
-from rankcollapse.core.model import PRESETS
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.experiments.init_sweep import init_sweep
 
 from conftest import SMOKE, SMOKE_NAME, assert_same_results, results_dir, run_snakemake

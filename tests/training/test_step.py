@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rankcollapse.core.model import PRESETS
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.training import ensemble as E
 from rankcollapse.training import step as S

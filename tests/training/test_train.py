@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 import torch
 
-from rankcollapse.core.model import PRESETS, TaskModel
+from rankcollapse.core.model import TaskModel
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import TASKS, make_task
 from rankcollapse.experiments.trained import escalation_fits, line_fit
 from rankcollapse.io import load_checked

@@ -6,15 +6,16 @@ import math
 import pandas as pd
 import pytest
 
-from rankcollapse.core.model import PRESETS
+from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import make_task
+from rankcollapse.plan import tuned as tunedplan
 from rankcollapse.training import tuning
 
 
 def test_grid_is_the_product_and_scalars_are_sweeps_of_one():
-    g = tuning.grid({"lr": [1e-3, 1e-2], "warmup": [10, 40], "weight_decay": 0.01})
+    g = tunedplan.grid({"lr": [1e-3, 1e-2], "warmup": [10, 40], "weight_decay": 0.01})
     assert len(g) == 4 and {x["weight_decay"] for x in g} == {0.01}
-    assert tuning.grid({"lr": 1e-3, "warmup": 5, "weight_decay": 0.0}) == [
+    assert tunedplan.grid({"lr": 1e-3, "warmup": 5, "weight_decay": 0.0}) == [
         {"lr": 1e-3, "warmup": 5, "weight_decay": 0.0}]
 
 
@@ -79,13 +80,13 @@ def test_a_tiny_tuned_job_writes_sweep_and_final_rows(tmp_path):
 # --- successive halving ----------------------------------------------------------------------
 
 def test_rung_budgets_grow_by_eta_up_to_the_full_budget():
-    assert tuning.rung_steps(90, "grid") == [90]
-    assert tuning.rung_steps(90, "halving", eta=3, rungs=3) == [10, 30, 90]
-    assert tuning.rung_steps(90, "halving", eta=3, rungs=1) == [90]
+    assert tunedplan.rung_steps(90, "grid") == [90]
+    assert tunedplan.rung_steps(90, "halving", eta=3, rungs=3) == [10, 30, 90]
+    assert tunedplan.rung_steps(90, "halving", eta=3, rungs=1) == [90]
     with pytest.raises(ValueError, match="no step to train"):
-        tuning.rung_steps(5, "halving", eta=3, rungs=4)
+        tunedplan.rung_steps(5, "halving", eta=3, rungs=4)
     with pytest.raises(ValueError, match="allowed values"):
-        tuning.rung_steps(5, "bayes")
+        tunedplan.rung_steps(5, "bayes")
 
 
 def test_rank_orders_every_setting_and_select_takes_the_first():

@@ -21,6 +21,9 @@ VARIANT = {
     "E1.layernorm_does_not_prevent": "san_ln",
 }
 IDS = tuple(VARIANT)
+# The fit's range: layer transitions with r_l at most this (the schema's default of
+# fit.max_residual, which the workflow passes; the probe, which reads no config, uses this).
+MAX_RESIDUAL = 0.9
 
 
 def measure(table: pd.DataFrame, value: str, floor: float, max_residual: float,

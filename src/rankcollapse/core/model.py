@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# The named variants (docs/model.md) are presets of these switches, defined without torch.
-from rankcollapse.core.specs import PRESETS, ModelConfig  # noqa: F401 - PRESETS re-exported
+from rankcollapse.core.specs import ModelConfig
 
 # The forward passes' precisions by name (config values, the probe's --dtype).
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

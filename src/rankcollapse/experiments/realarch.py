@@ -14,11 +14,6 @@ from torch import Tensor, nn
 
 from rankcollapse import probe
 from rankcollapse.core.model import DTYPES
-from rankcollapse.probe import (  # noqa: F401 - E1b's names for the probe's parts
-    FIRST_ID,
-    AlbertAttentionAblated,
-    base_config,
-)
 from rankcollapse.probe.spec import package_text
 
 MODELS = ("bert", "albert", "xlnet")
@@ -50,7 +45,7 @@ def build(model: str, seed: int = 0, checkpoint: str | Path | None = None,
             raise ValueError(f"checkpoint {checkpoint} holds a {probe.model_type(net)} model, "
                              f"not {model}")
         return net
-    config = base_config(model)
+    config = probe.base_config(model)
     for key, value in (config_overrides or {}).items():
         setattr(config, key, value)
     return probe.build(model, seed, config)
@@ -88,7 +83,7 @@ def residual_table(states: list[Tensor]) -> pd.DataFrame:
 
 def random_ids(batch: int, tokens: int, vocab_size: int, seed: int) -> Tensor:
     """(batch, tokens) token ids uniform in [FIRST_ID, vocab_size), from their own generator."""
-    return probe.random_ids(batch, tokens, vocab_size, seed, FIRST_ID)
+    return probe.random_ids(batch, tokens, vocab_size, seed, probe.FIRST_ID)
 
 
 def text_ids(text: str, batch: int, tokens: int, vocab_size: int) -> Tensor:
@@ -103,8 +98,8 @@ def text_ids(text: str, batch: int, tokens: int, vocab_size: int) -> Tensor:
     if len(ids) < need:
         raise ValueError(f"text has {len(ids)} tokens, {need} needed")
     if max(ids) >= vocab_size:
-        raise ValueError(f"text has {max(ids) - FIRST_ID + 1} distinct tokens, more than the "
-                         "vocabulary")
+        raise ValueError(f"text has {max(ids) - probe.FIRST_ID + 1} distinct tokens, more than "
+                         "the vocabulary")
     return torch.tensor(ids[:need]).view(batch, tokens)
 
 

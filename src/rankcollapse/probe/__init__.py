@@ -58,7 +58,7 @@ _LAZY = {
                                   "tokenize", "load_tokenizer", "default_text", "Inputs",
                                   "make_inputs"),
     "rankcollapse.probe.verdicts": ("CLAIMS_INIT", "CLAIMS_CHECKPOINT", "RESIDUAL_FLOOR",
-                                    "TDIV_FLOOR", "MAX_RESIDUAL", "RESAMPLES", "measure_claims",
+                                    "TDIV_FLOOR", "RESAMPLES", "measure_claims",
                                     "judge_on_model"),
     "rankcollapse.probe.flow": ("Target", "resolve", "Result", "run"),
     "rankcollapse.probe.report": ("LABELS", "PANELS", "curves", "band_text", "figure",

@@ -25,7 +25,6 @@ CLAIMS_CHECKPOINT = {**{k: v for k, v in CLAIMS_INIT.items() if k.startswith("E1
 # Below these the measured quantity is round-off (E1's fit floor in float64; E4's t_div floors).
 RESIDUAL_FLOOR = {"float32": 1e-5, "float64": 1e-13}
 TDIV_FLOOR = {"float32": 1e-6, "float64": 1e-12}
-MAX_RESIDUAL = 0.9  # E1's fit range: r_l <= 0.9 (workflow/config/default.yaml, fit)
 RESAMPLES = 1000
 
 
@@ -48,8 +47,8 @@ def measure_claims(table: pd.DataFrame, checkpoint: bool, dtype: str = "float32"
             continue
         if cid.startswith("E1."):
             m = e1_claims.measure_exponent(cid, t, "relative_residual_comp",
-                                           RESIDUAL_FLOOR[dtype], MAX_RESIDUAL, resamples,
-                                           ablation)
+                                           RESIDUAL_FLOOR[dtype], e1_claims.MAX_RESIDUAL,
+                                           resamples, ablation)
         else:
             key = "log_r2" if cid == "E4.linear_rate_log_reading" else "rho"
             m = e4_claims.measure_escalation(cid, t, key, TDIV_FLOOR[dtype], resamples,

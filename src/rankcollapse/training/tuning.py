@@ -21,13 +21,7 @@ from rankcollapse import io, runtime
 from rankcollapse.core.specs import stable_steps
 from rankcollapse.core.tasks import TaskData, make_task
 from rankcollapse.plan.memory import split
-from rankcollapse.plan.tuned import (  # noqa: F401 - METHODS, rung_steps re-exported
-    HALVING,
-    METHODS,
-    grid,
-    rung_plan,
-    rung_steps,
-)
+from rankcollapse.plan.tuned import HALVING, grid, rung_plan, rung_steps
 from rankcollapse.training.ensemble import (
     NUMERICS_COLUMNS,
     Ensemble,

@@ -82,6 +82,75 @@ def test_no_module_imports_itself_back():
             visit(name, [name])
 
 
+# The package's layers, bottom up: a package may import its own layer's flat plumbing and
+# anything below it, never above (core/ at the bottom with the plumbing that imports nothing of
+# ours but itself; plan/, torch-free, on core alone; the report and the command line on top).
+LAYERS = {
+    "core": 0, "io": 0, "runtime": 0, "stats": 0, "plotting": 0, "references": 0,
+    "notebooks": 0, "__version__": 0, "__init__": 0,
+    "plan": 1, "training": 2, "experiments": 3, "claims": 4, "probe": 5,
+    "report": 6, "cli": 6,
+}
+
+
+def unit(module: str) -> str:
+    """The layer unit of a module: its subpackage (core, plan, ...) or, for the flat plumbing
+    and the package's own face, the module's name."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def every_import(name: str, path: Path) -> set[str]:
+    """The rankcollapse modules `name` imports anywhere in its file: at module level and inside
+    functions (a function-local import is an edge of the graph too, only a later one)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                      for a in node.names}
+    return {m for m in found if m.startswith("rankcollapse")}
+
+
+def upward_edges(modules: dict[str, Path]) -> list[str]:
+    """Every import, module-level or function-local, from a layer to a higher one."""
+    bad = []
+    for name, path in modules.items():
+        here = unit(name)
+        for target in every_import(name, path):
+            there = unit(target)
+            if there != here and LAYERS[there] > LAYERS[here]:
+                bad.append(f"{name} ({here}, layer {LAYERS[here]}) imports {target} ({there}, "
+                           f"layer {LAYERS[there]})")
+    return sorted(bad)
+
+
+def test_every_unit_of_the_package_has_a_layer():
+    assert {unit(m) for m in MODULES} <= set(LAYERS), sorted({unit(m) for m in MODULES}
+                                                             - set(LAYERS))
+
+
+def test_package_edges_go_down_only_function_local_imports_included():
+    assert upward_edges(MODULES) == []
+
+
+def test_an_upward_edge_is_caught(tmp_path):
+    """A planted function-local import of the probe from plan/ (the edge the checkpoint tables
+    used to make) fails the check, naming it."""
+    planted = tmp_path / "checks.py"
+    planted.write_text("def f():\n    from rankcollapse.probe.spec import ProbeError\n")
+    bad = upward_edges({"rankcollapse.plan.checks": planted})
+    assert bad == ["rankcollapse.plan.checks (plan, layer 1) imports rankcollapse.probe.spec "
+                   "(probe, layer 5)"]
+
+
 def test_the_schema_allows_exactly_the_registered_experiments():
     schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
     enum = schema["properties"]["report"]["properties"]["experiments"]["items"]["enum"]

@@ -15,20 +15,23 @@ import os
 import sys
 from pathlib import Path
 
+from rankcollapse.core.checkpoints import (
+    TOKENIZER_FILES,
+    CheckpointError,
+    checkpoint_config,
+    has_tokenizer,
+    max_positions,
+    tokenizer_files,
+    weight_files,
+)
 from rankcollapse.probe.spec import (
     PROBE_ABLATIONS,
     PROBE_FAMILIES,
     PROBE_FAMILY_POSITIONS,
     PROBE_OUTPUTS,
-    TOKENIZER_FILES,
     ProbeError,
-    checkpoint_config,
-    has_tokenizer,
-    max_positions,
     probe_ablations,
     read_text,
-    tokenizer_files,
-    weight_files,
 )
 
 DESCRIPTION = """\
@@ -194,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "probe":
             return probe(args)
-    except ProbeError as err:
+    except CheckpointError as err:  # the probe's own (ProbeError) and a checkpoint folder's
         print(f"rankcollapse {args.command}: error: {err}", file=sys.stderr)
         return 2
     return 1

@@ -11,7 +11,7 @@ import pandas as pd
 
 # Tiny sizes (milliseconds per forward pass); vocabulary large enough for the packaged text.
 from rankcollapse import runtime
-from rankcollapse.experiments import realarch
+from rankcollapse.probe import realarch
 
 TINY = {
     "bert": {"vocab_size": 3000, "hidden_size": 32, "num_hidden_layers": 3,

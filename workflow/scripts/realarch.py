@@ -8,7 +8,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # models come from configs; nothin
 import pandas as pd  # noqa: E402
 
 from rankcollapse import io, runtime  # noqa: E402
-from rankcollapse.experiments import realarch
+from rankcollapse.probe import realarch
 
 io.log_to(snakemake.log[0])
 settings = snakemake.params.settings

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rankcollapse.claims.measurement import Measurement, not_testable, over_runs
-from rankcollapse.experiments.init_fits import exponent_of, exponent_pairs, exponent_units
+from rankcollapse.claims.any_model import measure_exponent
+from rankcollapse.claims.measurement import Measurement, not_testable
 
 # claim id -> the variant whose exponent it is about
 VARIANT = {
@@ -21,9 +21,6 @@ VARIANT = {
     "E1.layernorm_does_not_prevent": "san_ln",
 }
 IDS = tuple(VARIANT)
-# The fit's range: layer transitions with r_l at most this (the schema's default of
-# fit.max_residual, which the workflow passes; the probe, which reads no config, uses this).
-MAX_RESIDUAL = 0.9
 
 
 def measure(table: pd.DataFrame, value: str, floor: float, max_residual: float,
@@ -38,16 +35,3 @@ def measure(table: pd.DataFrame, value: str, floor: float, max_residual: float,
             continue
         out.append(measure_exponent(cid, t, value, floor, max_residual, resamples, variant))
     return out
-
-
-def measure_exponent(cid: str, table: pd.DataFrame, value: str, floor: float,
-                     max_residual: float, resamples: int, what: str) -> Measurement:
-    """The collapse exponent k of one network kind (`what`, named in the note) over its seeds:
-    table has columns seed, sample, layer and `value`. Also used by rankcollapse.probe."""
-    pairs = exponent_pairs(table, value, floor, max_residual)
-    per_sequence = pairs.groupby(["seed", "sample"]).size()
-    note = (f"{what}: {len(pairs)} layer transitions of {len(per_sequence)} sequences "
-            f"(at most {per_sequence.max() if len(per_sequence) else 0} per sequence) with "
-            f"{floor:g} ≤ r and r_l ≤ {max_residual:g}")
-    return over_runs(cid, exponent_units(table, value, floor, max_residual), exponent_of,
-                     resamples, note=note)

@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from rankcollapse.claims.any_model import _fits, _seed_means, measure_escalation
 from rankcollapse.claims.measurement import Measurement, exact, not_testable, over_runs
-from rankcollapse.experiments.trained import fits_from_layer_means, layer_means
 
 FITS = {  # claim: (view, variant, fit key)
     "E4.escalation_post_ln_init": ("init_gaussian", "post_ln", "rho"),
@@ -44,34 +44,6 @@ def _pooled(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """The resampled seeds' tables as one, each draw its own seed (a seed drawn twice counts
     twice in every mean)."""
     return pd.concat([t.assign(seed=i) for i, t in enumerate(tables)], ignore_index=True)
-
-
-def _seed_means(table: pd.DataFrame) -> dict:
-    """Per seed, its (layer, mean t_sim) arrays: what escalation_fits fits of a pooled table, so
-    a resample concatenates arrays instead of re-grouping the drawn seeds' tables (the same
-    points in the same order, hence the same floats)."""
-    out = {}
-    for seed, t in table.groupby("seed"):
-        means = layer_means(t, "token_similarity")
-        out[int(seed)] = (means.layer.to_numpy(float), means.token_similarity.to_numpy(float))
-    return out
-
-
-def _fits(units: list[tuple], floor: float) -> dict[str, float]:
-    return fits_from_layer_means(np.concatenate([u[0] for u in units]),
-                                 np.concatenate([u[1] for u in units]), floor)
-
-
-def fit_statistic(key: str, floor: float):
-    return lambda units: _fits(units, floor)[key]
-
-
-def measure_escalation(cid: str, table: pd.DataFrame, key: str, floor: float, resamples: int,
-                       note: str = "") -> Measurement:
-    """A fit of the seed-mean t_sim per layer (`key`: rho, log_r2, ...; trained.escalation_fits)
-    over whole seeds: table has columns seed, layer, token_similarity. Also used by
-    rankcollapse.probe."""
-    return over_runs(cid, _seed_means(table), fit_statistic(key, floor), resamples, note=note)
 
 
 def reading_gap(units: list[tuple]) -> float:

@@ -64,6 +64,8 @@ class ClaimSpec:
     diagnoses: tuple[str, ...] = ()
     hypothesis: str | None = None
     post_hoc: bool = False
+    # A claim that applies to any model: {ablation, statistic, weights} (rankcollapse probe).
+    any_model: dict | None = None
 
     @property
     def criterion(self) -> str:
@@ -86,8 +88,10 @@ def criterion(low: float, high: float) -> str:
 
 
 _FIELDS = {"experiment", "paper", "kind", "statement", "source", "quantity", "range", "basis",
-           "paper_value", "headline", "diagnoses", "hypothesis", "post_hoc"}
-_REQUIRED = _FIELDS - {"paper_value", "headline", "diagnoses", "hypothesis", "post_hoc"}
+           "paper_value", "headline", "diagnoses", "hypothesis", "post_hoc", "any_model"}
+_REQUIRED = _FIELDS - {"paper_value", "headline", "diagnoses", "hypothesis", "post_hoc",
+                       "any_model"}
+ANY_MODEL_WEIGHTS = ("init", "checkpoint")
 
 
 def _bound(value, default: float) -> float:
@@ -155,6 +159,14 @@ def parse_registry(data: dict, where: str = "claims registry") -> dict[str, Clai
                 problems.append(f"{cid}.hypothesis: {hypothesis!r}; allowed: {list(HYPOTHESES)}")
         if not isinstance(entry.get("post_hoc", False), bool):
             problems.append(f"{cid}.post_hoc: expected true or false")
+        any_model = entry.get("any_model")
+        if any_model is not None and not (
+                isinstance(any_model, dict) and set(any_model) == {"ablation", "statistic",
+                                                                   "weights"}
+                and isinstance(any_model["weights"], list) and any_model["weights"]
+                and set(any_model["weights"]) <= set(ANY_MODEL_WEIGHTS)):
+            problems.append(f"{cid}.any_model: expected {{ablation: a probe ablation, statistic: "
+                            f"a name, weights: a list of {list(ANY_MODEL_WEIGHTS)}}}")
         specs[cid] = ClaimSpec(
             id=cid, experiment=entry["experiment"], paper=entry["paper"], kind=entry["kind"],
             statement=str(entry["statement"]).strip(), source=str(entry["source"]).strip(),
@@ -162,7 +174,8 @@ def parse_registry(data: dict, where: str = "claims registry") -> dict[str, Clai
             basis_type=basis["type"], basis=str(basis["why"]).strip(),
             paper_value=entry.get("paper_value"), headline=bool(entry.get("headline", False)),
             diagnoses=tuple(diagnoses) if isinstance(diagnoses, list) else (),
-            hypothesis=hypothesis, post_hoc=bool(entry.get("post_hoc", False)))
+            hypothesis=hypothesis, post_hoc=bool(entry.get("post_hoc", False)),
+            any_model=dict(any_model) if isinstance(any_model, dict) else None)
     for cid, spec in specs.items():
         for target in spec.diagnoses:
             if target not in specs:

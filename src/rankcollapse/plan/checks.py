@@ -7,10 +7,10 @@ experiment's check; `plan.config.check_config` runs them all before any job star
 
 from __future__ import annotations
 
+from rankcollapse.core.checkpoints import CheckpointError, checkpoint_config, weight_files
 from rankcollapse.core.specs import stable_steps, sweep
 from rankcollapse.core.tasks import TASKS
 from rankcollapse.plan.tuned import HALVING, SCHEDULE, depth_steps, grid_depths
-from rankcollapse.probe.spec import ProbeError, checkpoint_config, weight_files
 
 
 def undefined_variants(config: dict, uses: list[tuple[str, str]]) -> list[str]:
@@ -54,7 +54,7 @@ def realarch(config: dict) -> list[str]:
         key = f"realarch.checkpoints.{model}"
         try:
             config_json = checkpoint_config(path)
-        except ProbeError as err:
+        except CheckpointError as err:
             problems.append(f"{key}: {err}")
             continue
         found = config_json["model_type"]
@@ -63,7 +63,7 @@ def realarch(config: dict) -> list[str]:
                             f"model_type), not {model!r}")
         try:  # the weights the loader will read: present, readable, not cut short
             weight_files(path, config_json)
-        except ProbeError as err:
+        except CheckpointError as err:
             problems.append(f"{key}: {err}")
         if models and model not in models:
             problems.append(f"{key}: {model!r} is not in realarch.models {models}, so its "

@@ -110,9 +110,9 @@ def _circle_problems(circle: dict) -> list[str]:
 
 
 def _realarch_problems(realarch: dict) -> list[str]:
-    from rankcollapse.probe.spec import (
+    from rankcollapse.core.checkpoints import (
         WORD_PATTERN,
-        ProbeError,
+        CheckpointError,
         checkpoint_config,
         max_positions,
         package_text,
@@ -132,7 +132,7 @@ def _realarch_problems(realarch: dict) -> list[str]:
         key = f"realarch.checkpoints.{model}"
         try:
             found = checkpoint_config(path)
-        except ProbeError:
+        except CheckpointError:
             continue  # said by config.check_config
         folder = Path(path).expanduser()  # its weights: plan.checks.realarch
         limit = max_positions(found)

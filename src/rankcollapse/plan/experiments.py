@@ -99,7 +99,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         blocks=("realarch",), settings=("realarch",),
         rules="workflow/rules/e1b_realarch.smk",
         notebook="notebooks/01b_real_architectures.ipynb",
-        library=("rankcollapse.experiments.realarch", "rankcollapse.probe"),
+        library=("rankcollapse.probe.realarch", "rankcollapse.probe"),
         claims="rankcollapse.claims.e1b",
         tables=lambda c: {"realarch": "tables/E1b_realarch.parquet"},
         checks=(checks.realarch,), size=describe.realarch),

@@ -1,10 +1,11 @@
 """The probe: does *this* model collapse? Per-layer collapse metrics of a Hugging Face model,
 with its paths ablated, and the papers' claims judged on it; behind `rankcollapse probe` and
-experiment E1b (rankcollapse.experiments.realarch). docs/probe.md says how it measures and
+experiment E1b (rankcollapse.probe.realarch). docs/probe.md says how it measures and
 which module holds what.
 
-This face names every part of the probe. The plain tables and checks (spec) are imported with
-it; the rest is imported on first use, so that importing the package (the command line's
+This face names every part of the probe. The plain tables (spec) are imported with it (a
+checkpoint folder's checks are rankcollapse.core.checkpoints'); the rest is imported on first
+use, so that importing the package (the command line's
 checks, the workflow's planning) does not import torch, transformers or pandas.
 """
 
@@ -17,26 +18,15 @@ from rankcollapse.probe.spec import (  # noqa: F401 - the probe's plain tables, 
     FAMILIES,
     FIRST_ID,
     METRICS,
-    OTHER_WEIGHTS,
     PROBE_ABLATIONS,
     PROBE_FAMILIES,
     PROBE_FAMILY_POSITIONS,
     PROBE_OUTPUTS,
-    PROBE_POSITION_KEYS,
     PROBE_UNMODIFIED,
     RESIDUALS,
-    TOKENIZER_FILES,
-    TOKENIZER_VOCABULARIES,
-    WEIGHT_FILES,
-    WORD_PATTERN,
     ProbeError,
-    checkpoint_config,
-    has_tokenizer,
-    package_text,
     probe_ablations,
     read_text,
-    tokenizer_files,
-    weight_files,
 )
 
 # The names of the modules that import torch, each from where it is defined (the submodule of
@@ -57,7 +47,7 @@ _LAZY = {
     "rankcollapse.probe.inputs": ("first_id", "random_ids", "word_ids", "text_windows",
                                   "tokenize", "load_tokenizer", "default_text", "Inputs",
                                   "make_inputs"),
-    "rankcollapse.probe.verdicts": ("CLAIMS_INIT", "CLAIMS_CHECKPOINT", "RESIDUAL_FLOOR",
+    "rankcollapse.probe.verdicts": ("claims_on", "RESIDUAL_FLOOR",
                                     "TDIV_FLOOR", "RESAMPLES", "measure_claims",
                                     "judge_on_model"),
     "rankcollapse.probe.flow": ("Target", "resolve", "Result", "run"),

@@ -15,20 +15,14 @@ import pandas as pd
 import torch
 from torch import nn
 
+from rankcollapse.core.checkpoints import checkpoint_config, has_tokenizer, weight_files
 from rankcollapse.core.model import DTYPES
 from rankcollapse.probe.ablation import ARCHS
 from rankcollapse.probe.hooks import check_model
 from rankcollapse.probe.inputs import load_tokenizer, make_inputs
 from rankcollapse.probe.metrics import measure
 from rankcollapse.probe.models import base_config, build, family_sizes, load, max_positions
-from rankcollapse.probe.spec import (
-    FAMILIES,
-    ProbeError,
-    checkpoint_config,
-    has_tokenizer,
-    probe_ablations,
-    weight_files,
-)
+from rankcollapse.probe.spec import FAMILIES, ProbeError, probe_ablations
 from rankcollapse.probe.verdicts import judge_on_model
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from rankcollapse.probe.spec import FIRST_ID, WORD_PATTERN, ProbeError, tokenizer_files
+from rankcollapse.core.checkpoints import WORD_PATTERN, tokenizer_files
+from rankcollapse.probe.spec import FIRST_ID, ProbeError
 
 
 def first_id(vocab_size: int) -> int:
@@ -72,8 +73,8 @@ def tokenize(tokenizer, text: str, need: int) -> list[int]:
 
 def load_tokenizer(path: str | Path):
     """The tokenizer saved in a checkpoint folder, or None when it holds none. Its files are
-    checked first (spec.tokenizer_files); ProbeError naming the folder when they are incomplete
-    or the tokenizer cannot be loaded."""
+    checked first (core.checkpoints.tokenizer_files): CheckpointError naming the folder when they
+    are incomplete, ProbeError when the tokenizer cannot be loaded."""
     if not tokenizer_files(path):
         return None
     from transformers import AutoTokenizer

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rankcollapse.probe.spec import FAMILIES, ProbeError, checkpoint_config, weight_files
-from rankcollapse.probe.spec import max_positions as _max_positions
+from rankcollapse.core.checkpoints import checkpoint_config, weight_files
+from rankcollapse.core.checkpoints import max_positions as _max_positions
+from rankcollapse.probe.spec import FAMILIES, ProbeError
 
 
 def base_config(family: str, **sizes):

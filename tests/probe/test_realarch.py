@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may touch the netwo
 pytest.importorskip("transformers")
 
 from rankcollapse import probe  # noqa: E402
-from rankcollapse.experiments import realarch  # noqa: E402
+from rankcollapse.probe import realarch  # noqa: E402
 
 TINY = {  # small enough to build in milliseconds; vocabulary above probe.FIRST_ID
     "bert": {"vocab_size": 1200, "hidden_size": 32, "num_hidden_layers": 3,

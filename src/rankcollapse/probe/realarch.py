@@ -13,8 +13,8 @@ import torch
 from torch import Tensor, nn
 
 from rankcollapse import probe
+from rankcollapse.core.checkpoints import package_text
 from rankcollapse.core.model import DTYPES
-from rankcollapse.probe.spec import package_text
 
 MODELS = ("bert", "albert", "xlnet")
 ABLATIONS = {  # name: (attention skip kept, feed-forward kept)

@@ -91,7 +91,7 @@ def ensembles(config: dict) -> list[dict]:
         return out
     grid = config["depth_grid"]
     e5 = {*grid["variants"], *grid.get("placements", [])}
-    for task, variant, depth in tuned.tuned_runs(config):
+    for task, variant, depth in experiments.tuned_runs(config):
         experiment = "E5" if variant in e5 else "E5b"  # E5b's rival fixes are tuned arms too
         p = tuned.tuned_params(config, task, variant, depth)
         steps = p["train_options"]["steps"]

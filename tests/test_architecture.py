@@ -193,3 +193,15 @@ def test_every_collected_table_has_its_rule_and_benchmark_records():
                        or "{experiment}_{kind}" in text and stem.startswith("E4_")]
             assert made_by, f"{record.id}: no rules file makes {table}"
         assert "BENCHMARKS[" in helpers
+
+
+def test_no_experiment_is_named_in_the_planning_layer_but_by_the_registry():
+    """plan/ speaks of config blocks; which experiment a block serves is the registry's
+    (plan/experiments.py) to say: no experiment id anywhere else in plan/, docstrings included."""
+    import re
+
+    ids = re.compile(r"\bE[1-9]b?\b")
+    named = [f"{p.name}:{i}: {line.strip()}" for p in sorted((PACKAGE / "plan").glob("*.py"))
+             if p.name != "experiments.py"
+             for i, line in enumerate(p.read_text().splitlines(), start=1) if ids.search(line)]
+    assert named == []

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from rankcollapse.core.model import ModelConfig, build_task_model
 from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import TASKS, make_task, task_spec
+from rankcollapse.plan import experiments as registry
 from rankcollapse.plan import memory
 from rankcollapse.plan import training as trainplan
 from rankcollapse.plan import tuned as tunedplan
@@ -94,14 +95,14 @@ def test_e5b_rivals_are_tuned_arms_at_the_deepest_depth_of_their_task():
                                  "placements": [], "placement_tasks": []},
                      rival_fixes={"task": "digits",
                                   "variants": ["post_ln_center", "post_ln_deesc"]})
-    runs = tunedplan.tuned_runs(config)
+    runs = registry.tuned_runs(config)
     assert ("digits", "post_ln_center", 8) in runs
     assert not any(v == "post_ln_center" and d != 8 for _, v, d in runs)
     assert runs.count(("digits", "post_ln_deesc", 8)) == 1  # an E5 arm already: trained once
     # E5b's rivals are no train-rule ensembles any more.
     assert not any(v == "post_ln_center" for _, v, _ in trainplan.groups(config))
     without = _config(report={"experiments": ["E5"]}, rival_fixes={"variants": ["post_ln_center"]})
-    assert not any(v == "post_ln_center" for _, v, _ in tunedplan.tuned_runs(without))
+    assert not any(v == "post_ln_center" for _, v, _ in registry.tuned_runs(without))
 
 
 def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
@@ -116,7 +117,7 @@ def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
     grid = DEFAULT["depth_grid"]
     assert tunedplan.grid_depths(grid, "digits")[-1] >= 32
     assert tunedplan.grid_depths(grid, "text")[-1] >= 8
-    runs = tunedplan.tuned_runs(DEFAULT)
+    runs = registry.tuned_runs(DEFAULT)
     deepest = tunedplan.grid_depths(grid, "digits")[-1]
     assert "post_ln_deepnorm" in DEFAULT["rival_fixes"]["variants"]
     for variant in [*grid["placements"], *DEFAULT["rival_fixes"]["variants"]]:
@@ -125,7 +126,7 @@ def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
     assert len(budgets) >= 4 and max(budgets) >= 8 * min(budgets)
     assert max(budgets) >= e5.LONG_STEPS
     assert {"pre_ln", "post_ln", "post_ln_deesc"} <= set(grid["budget_curve"]["variants"])
-    for job in tunedplan.tuned_jobs(DEFAULT):
+    for job in tunedplan.tuned_jobs(DEFAULT, registry.tuned_runs(DEFAULT)):
         for arm in tunedplan.tuned_job_params(DEFAULT, job)["arms"]:
             assert arm["tuning"]["method"] == "halving"
             assert arm["tuning"]["select_by"] == "loss"
@@ -137,9 +138,10 @@ def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
             if job.variant in grid["budget_curve"]["variants"]:
                 assert arm["budgets"] == sorted(budgets)
     # The deep arms run alone; the shallow ones of one (task, variant) share a job.
-    deep = [j for j in tunedplan.tuned_jobs(DEFAULT) if max(j.depths) == deepest]
+    jobs = tunedplan.tuned_jobs(DEFAULT, registry.tuned_runs(DEFAULT))
+    deep = [j for j in jobs if max(j.depths) == deepest]
     assert all(j.depths == (deepest,) for j in deep)
-    assert any(len(j.depths) > 1 for j in tunedplan.tuned_jobs(DEFAULT))
+    assert any(len(j.depths) > 1 for j in jobs)
 
 
 def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
@@ -148,7 +150,7 @@ def test_e5_is_one_tuned_job_per_arm_with_placements_at_the_deepest_depth():
                                  "placements": ["post_ln_deesc_mlp"],
                                  "placement_tasks": ["digits"], "steps": 100},
                      report={"experiments": ["E5"]})  # no E5b: no rival arms
-    runs = tunedplan.tuned_runs(config)
+    runs = registry.tuned_runs(config)
     variants = config["depth_grid"]["variants"]
     assert len(runs) == 2 * len(variants) + 2 * len(variants) + 1
     assert ("digits", "post_ln_deesc_mlp", 8) in runs
@@ -245,11 +247,11 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
             "depths": {"digits": [2, 4, 8, 16], "text": [2, 4]},
             "placements": ["post_ln_deesc_mlp"], "placement_tasks": ["digits"], "steps": 100}
     config = _config(depth_grid={**grid, "merge_depths_up_to": 0}, rival_fixes={"variants": []})
-    alone = tunedplan.tuned_jobs(config)  # one job per arm
-    assert [(j.task, j.variant, j.depths[0]) for j in alone] == tunedplan.tuned_runs(config)
+    alone = tunedplan.tuned_jobs(config, registry.tuned_runs(config))  # one job per arm
+    assert [(j.task, j.variant, j.depths[0]) for j in alone] == registry.tuned_runs(config)
     assert all(len(j.depths) == 1 for j in alone) and alone[0].label == "2"
     config = _config(depth_grid={**grid, "merge_depths_up_to": 8}, rival_fixes={"variants": []})
-    jobs = tunedplan.tuned_jobs(config)
+    jobs = tunedplan.tuned_jobs(config, registry.tuned_runs(config))
     assert [(j.task, j.variant, j.label) for j in jobs] == [
         ("digits", "post_ln", "2-4-8"), ("digits", "post_ln", "16"),
         ("digits", "pre_ln", "2-4-8"), ("digits", "pre_ln", "16"),
@@ -257,7 +259,7 @@ def test_merged_e5_jobs_group_the_shallow_arms_of_one_task_and_variant():
         ("text", "post_ln", "2-4"), ("text", "pre_ln", "2-4")]
     # every arm in exactly one job
     assert sorted((j.task, j.variant, d) for j in jobs for d in j.depths) \
-        == sorted(tunedplan.tuned_runs(config))
+        == sorted(registry.tuned_runs(config))
     params = tunedplan.tuned_job_params(config, jobs[0])
     assert [a["model_options"]["depth"] for a in params["arms"]] == [2, 4, 8]
     assert params["arms"][1] == tunedplan.tuned_params(config, "digits", "post_ln", 4)

@@ -20,6 +20,7 @@ from rankcollapse.core.specs import PRESETS
 from rankcollapse.core.tasks import TASKS, make_task
 from rankcollapse.experiments.trained import escalation_fits, line_fit
 from rankcollapse.io import load_checked
+from rankcollapse.plan import experiments as registry
 from rankcollapse.plan import training as trainplan
 from rankcollapse.plan import tuned as tunedplan
 from rankcollapse.plan.config import ConfigError, check_config, load_config, output_roots
@@ -238,8 +239,9 @@ def test_dry_run_includes_the_training_jobs(project):
     assert not {"train_metrics", "tuned_metrics"} & counts.keys()
     assert int(counts["collect_train"]) == 1  # E4_metrics
     # E5: one tuned job per (task, variant) over the shallow depths, one per deeper arm
-    tuned = tunedplan.tuned_jobs(config)
-    assert int(counts["train_tuned"]) == len(tuned) < len(tunedplan.tuned_runs(config))
+    runs = registry.tuned_runs(config)
+    tuned = tunedplan.tuned_jobs(config, runs)
+    assert int(counts["train_tuned"]) == len(tuned) < len(runs)
     assert {j.task for j in tuned} == {"digits", "text"}
     assert int(counts["collect_tuned"]) == 1  # E5_metrics, E5_history, E5_tuning in one job
 

@@ -32,7 +32,7 @@ def divisible(key: str, width: int, heads: int, heads_key: str) -> list[str]:
 
 
 def init_sweep(config: dict) -> list[str]:
-    """E1: the sweep's variants exist and its width splits into its heads."""
+    """The init sweep's variants exist and its width splits into its heads."""
     sweep = config.get("init_sweep", {})
     problems = undefined_variants(config, [("init_sweep.variants", v)
                                            for v in sweep.get("variants", [])])
@@ -43,10 +43,10 @@ def init_sweep(config: dict) -> list[str]:
 
 
 def realarch(config: dict) -> list[str]:
-    """E1b's pretrained checkpoints: each a folder holding a config.json of its model's type and
-    the weights the loader will read (what save_pretrained writes), for a model that the run
-    measures. Checked when the workflow
-    is planned rather than inside the job that would load it."""
+    """The realarch block's pretrained checkpoints: each a folder holding a config.json of its
+    model's type and the weights the loader will read (what save_pretrained writes), for a model
+    that the run measures. Checked when the workflow is planned rather than inside the job that
+    would load it."""
     block = config.get("realarch", {})
     problems = []
     models = block.get("models", [])
@@ -72,9 +72,9 @@ def realarch(config: dict) -> list[str]:
 
 
 def paths(config: dict) -> list[str]:
-    """E2's `paths` block: its variants must be ensembles of paths (skips, no MLP, no LayerNorm
-    or a post-LN), its tasks known, its runs not shared with E4 (whose model and optimiser
-    settings differ)."""
+    """The `paths` block: its variants must be ensembles of paths (skips, no MLP, no LayerNorm
+    or a post-LN), its tasks known, its runs not shared with `escalation` (whose model and
+    optimiser settings differ)."""
     block = config.get("paths", {})
     if not block:
         return []
@@ -95,8 +95,8 @@ def paths(config: dict) -> list[str]:
         problems += divisible(f"paths.models.{task}.width", model["width"], model["heads"],
                               "heads")
     escalation = config.get("escalation", {})
-    # Only a (task, variant) pair trained by both would share results/train/ paths (E5's and
-    # E5b's tuned runs live in results/tuned/).
+    # Only a (task, variant) pair trained by both would share results/train/ paths (the tuned
+    # arms live in results/tuned/).
     trained = {(escalation.get("task"), v) for v in escalation.get("variants", [])}
     pairs = {(t, v) for t in block.get("tasks", []) for v in block.get("variants", [])} & trained
     if pairs:
@@ -107,7 +107,7 @@ def paths(config: dict) -> list[str]:
 
 
 def circle(config: dict) -> list[str]:
-    """E3: its start pairs must exist in the circle's data."""
+    """The circle block: its start pairs must exist in the circle's data."""
     block = config.get("circle", {})
     pairs = block.get("points", 1000) // 2 - 1  # the original data's pairs
     if block.get("starts", 1) > pairs:
@@ -117,7 +117,7 @@ def circle(config: dict) -> list[str]:
 
 
 def escalation(config: dict) -> list[str]:
-    """E4: its variants and task exist."""
+    """The escalation block: its variants and task exist."""
     block = config.get("escalation", {})
     problems = undefined_variants(config, [("escalation.variants", v)
                                            for v in block.get("variants", [])])
@@ -127,9 +127,9 @@ def escalation(config: dict) -> list[str]:
 
 
 def depth_grid(config: dict) -> list[str]:
-    """E5: its variants and tasks exist, fresh seeds, a budget for every depth, a warm-up and a
-    halving that fit each depth's budget, budget-curve points that branch off a stable phase,
-    depths for every task, placement tasks among the grid's tasks."""
+    """The depth grid: its variants and tasks exist, fresh seeds, a budget for every depth, a
+    warm-up and a halving that fit each depth's budget, budget-curve points that branch off a
+    stable phase, depths for every task, placement tasks among the grid's tasks."""
     grid = config.get("depth_grid", {})
     curve = grid.get("budget_curve") or {}
     problems = undefined_variants(
@@ -197,23 +197,24 @@ def _budget_problems(grid: dict, budgets: dict[int, int]) -> list[str]:
     return problems
 
 
-def rival_fixes(config: dict) -> list[str]:
-    """E5b: its fixes exist and are tuned at a task of E5's grid."""
+def rival_fixes(config: dict, reported: bool = True) -> list[str]:
+    """The rival fixes exist and, when their experiment is reported, are tuned at a task of the
+    depth grid."""
     rivals, grid = config.get("rival_fixes", {}), config.get("depth_grid", {})
     problems = undefined_variants(config, [("rival_fixes.variants", v)
                                            for v in rivals.get("variants", [])])
     if "task" in rivals:
         problems += unknown_tasks([("rival_fixes.task", rivals["task"])])
-    if "E5b" in config.get("report", {}).get("experiments", []) and \
-            rivals.get("task", "digits") not in grid.get("tasks", []):
+    if reported and rivals.get("task", "digits") not in grid.get("tasks", []):
         problems.append(f"rival_fixes.task: {rivals.get('task', 'digits')!r} is not in "
-                        f"depth_grid.tasks {grid.get('tasks', [])}: E5b's fixes are tuned as "
-                        "E5 arms at that task's deepest depth")
+                        f"depth_grid.tasks {grid.get('tasks', [])}: the rival fixes are tuned "
+                        "as arms of the depth grid at that task's deepest depth")
     return problems
 
 
 def train(config: dict) -> list[str]:
-    """The shared `train` block (E2, E4, E5): a width that splits into heads."""
+    """The shared `train` block (the ensembles' and the tuned arms'): a width that splits into
+    heads."""
     block = config.get("train", {})
     if "width" in block and "heads" in block:
         return divisible("train.width", block["width"], block["heads"], "train.heads")

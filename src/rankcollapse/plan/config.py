@@ -14,7 +14,6 @@ import yaml
 
 from rankcollapse.core.specs import PRESETS, with_presets
 from rankcollapse.plan import checks, experiments
-from rankcollapse.plan.data_checks import data_problems
 from rankcollapse.plan.training import groups
 
 
@@ -128,8 +127,9 @@ def _name_problems(config: dict) -> list[str]:
 
 def check_config(config: dict) -> None:
     """Raise ConfigError listing every cross-reference problem of a schema-valid config: its
-    name, the shared `train` block, each experiment's checks (the registry's `checks`), and that
-    experiments training one architecture agree on its model."""
+    name, the shared `train` block, each experiment's checks (the registry's `checks`: its
+    blocks' cross-checks and their data's), and that experiments training one architecture agree
+    on its model."""
     problems = _name_problems(config) + checks.train(config) + experiments.problems(config)
     try:  # one ensemble per (task, variant, depth): its members must share the model
         groups(config)
@@ -137,7 +137,6 @@ def check_config(config: dict) -> None:
         pass
     except ValueError as err:
         problems.append(str(err))
-    problems += data_problems(config)
     if problems:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(problems))
 

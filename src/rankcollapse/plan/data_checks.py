@@ -1,11 +1,13 @@
 """Config values that refer to data, judged against that data before any job starts.
 
-The schema bounds each value on its own and `config.check_config` cross-checks the blocks;
-these checks read the data a value refers to (the text corpus, scikit-learn's texts, a
-checkpoint folder) or a task's own constraint, and say what the value would run into inside
-its job: a task whose test set would not fit in its data, an empty evaluation block, a text too
-short for E1b's batch, a checkpoint shorter than the tokens. Torch-free: the facts come from
-core/tasks.py and probe/spec.py. One line per problem: the key, its value, what is allowed.
+The schema bounds each value on its own and the registry's checks cross-check the blocks; these
+checks read the data a value refers to (the text corpus, scikit-learn's texts, a checkpoint
+folder) or a task's own constraint, and say what the value would run into inside its job: a task
+whose test set would not fit in its data, an empty evaluation block, a text too short for the
+realarch batch, a checkpoint shorter than the tokens, a batch larger than a training split. One
+function per config block, each named by its experiment's record (`plan.experiments`) beside
+its cross-checks; torch-free (the facts come from core/tasks.py and core/checkpoints.py). One
+line per problem: the key, its value, what is allowed.
 """
 
 from __future__ import annotations
@@ -14,36 +16,23 @@ import inspect
 import re
 from pathlib import Path
 
-
-def data_problems(config: dict) -> list[str]:
-    """Every problem of a schema-valid config's data-referring values, one line each."""
-    problems = _task_problems(config)
-    problems += _circle_problems(config.get("circle", {}))
-    problems += _realarch_problems(config.get("realarch", {}))
-    problems += _depth_grid_problems(config.get("depth_grid", {}), config)
-    return list(dict.fromkeys(problems))  # a task used by two experiments is said once
+# ---- training tasks (the paths, escalation and depth_grid blocks) ----------------------------
 
 
-# ---- training tasks (E2, E4, E5, E5b) ---------------------------------------------------------
-
-
-def _task_uses(config: dict) -> list[tuple[str, str, bool]]:
-    """(task, the key that uses it, whether E2's paths.data overrides apply) of every training
-    run the config plans."""
+def _uses(config: dict, block: str) -> list[tuple[str, str, bool]]:
+    """(task, the key that uses it, whether paths.data's overrides apply) of the training runs
+    a block plans (unknown tasks are the cross-checks' to say)."""
     from rankcollapse.core.tasks import TASKS
 
-    uses = []
-    escalation = config.get("escalation", {})
-    if "task" in escalation:
-        uses.append((escalation["task"], "escalation.task", False))
-    uses += [(t, "depth_grid.tasks", False) for t in config.get("depth_grid", {}).get("tasks", [])]
-    uses += [(t, "paths.tasks", True) for t in config.get("paths", {}).get("tasks", [])]
-    return [use for use in uses if use[0] in TASKS]  # unknown tasks: config.check_config's
+    b = config.get(block, {})
+    tasks = [b["task"]] if block == "escalation" and "task" in b else b.get("tasks", [])
+    key = "escalation.task" if block == "escalation" else f"{block}.tasks"
+    return [(t, key, block == "paths") for t in tasks if t in TASKS]
 
 
 def _options(config: dict, task: str, e2: bool) -> tuple[dict, dict]:
-    """(the options a run of `task` is built with: the task's defaults, `tasks.<task>`, E2's
-    `paths.data.<task>`; the config key each given option comes from)."""
+    """(the options a run of `task` is built with: the task's defaults, `tasks.<task>`, and with
+    e2 the paths block's `paths.data.<task>`; the config key each given option comes from)."""
     from rankcollapse.core.tasks import TASKS
 
     defaults = {k: p.default for k, p in inspect.signature(TASKS[task]).parameters.items()}
@@ -57,10 +46,11 @@ def _options(config: dict, task: str, e2: bool) -> tuple[dict, dict]:
     return options, keys
 
 
-def _task_problems(config: dict) -> list[str]:
+def _task_problems(config: dict, block: str, tuned: bool = False) -> list[str]:
+    """The data problems of the tasks `block` trains on; tuned: its arms select their settings
+    on the validation split, which must then exist."""
     problems = []
-    tuned = {"E5", "E5b"} & set(config.get("report", {}).get("experiments", []))
-    for task, used_by, e2 in _task_uses(config):
+    for task, used_by, e2 in _uses(config, block):
         o, key = _options(config, task, e2)
         if task == "memorisation" and o["test_size"] > o["train_size"]:
             problems.append(
@@ -69,13 +59,22 @@ def _task_problems(config: dict) -> list[str]:
                 f"test_size memorised ones; allowed: test_size <= train_size")
         if task == "text":
             problems += _text_problems(o, key, used_by)
-        if task == "digits" and used_by == "depth_grid.tasks" and tuned \
-                and not o["val_fraction"] > 0:
+        if task == "digits" and tuned and not o["val_fraction"] > 0:
             problems.append(
-                f"{key['val_fraction']}={o['val_fraction']}: digits is in depth_grid.tasks, "
-                f"whose arms ({'/'.join(sorted(tuned))}) select their settings on the "
-                "validation split, and 0 leaves none; allowed: a fraction in (0, 1)")
+                f"{key['val_fraction']}={o['val_fraction']}: digits is in {used_by}, whose "
+                "tuned arms select their settings on the validation split, and 0 leaves none; "
+                "allowed: a fraction in (0, 1)")
     return problems
+
+
+def paths(config: dict) -> list[str]:
+    """The tasks of the paths block, with its own data sizes (paths.data)."""
+    return _task_problems(config, "paths")
+
+
+def escalation(config: dict) -> list[str]:
+    """The task of the escalation block."""
+    return _task_problems(config, "escalation")
 
 
 def _text_problems(o: dict, key: dict, used_by: str) -> list[str]:
@@ -96,20 +95,25 @@ def _text_problems(o: dict, key: dict, used_by: str) -> list[str]:
             f"sequence of length + 1 characters; allowed: length <= {longest}"]
 
 
-# ---- E3 -------------------------------------------------------------------------------------
+# ---- the circle block -----------------------------------------------------------------------
 
 
-def _circle_problems(circle: dict) -> list[str]:
+def circle(config: dict) -> list[str]:
+    """Each width of the circle block splits into its heads."""
+    circle = config.get("circle", {})
     heads = circle.get("heads", 2)
     return [f"circle.widths: {w} is not divisible by circle.heads={heads} (each head has "
             f"width / heads dimensions); allowed: multiples of {heads}"
             for w in circle.get("widths", []) if w % heads]
 
 
-# ---- E1b ------------------------------------------------------------------------------------
+# ---- the realarch block ---------------------------------------------------------------------
 
 
-def _realarch_problems(realarch: dict) -> list[str]:
+def realarch(config: dict) -> list[str]:
+    """The realarch block's text input fits the text that ships with scikit-learn, and its
+    tokens fit each checkpoint's positions."""
+    realarch = config.get("realarch", {})
     from rankcollapse.core.checkpoints import (
         WORD_PATTERN,
         CheckpointError,
@@ -142,20 +146,25 @@ def _realarch_problems(realarch: dict) -> list[str]:
     return problems
 
 
-# ---- E5 -------------------------------------------------------------------------------------
+# ---- the depth_grid block -------------------------------------------------------------------
 
 
-def _depth_grid_problems(grid: dict, config: dict) -> list[str]:
+def depth_grid(config: dict, tuned: bool = True) -> list[str]:
+    """The depth grid's tasks (their data; with `tuned`, a validation split to select on), the
+    tasks its per-task depths name, and its batch against each task's training split."""
     from rankcollapse.core.tasks import TASKS, training_examples
 
+    grid = config.get("depth_grid", {})
     depths = grid.get("depths", {})
-    problems = [f"depth_grid.depths.{name}: unknown task {name!r}, so these depths are never "
-                f"trained; depths are given per task of depth_grid.tasks {grid.get('tasks', [])}"
-                for name in (depths if isinstance(depths, dict) else []) if name not in TASKS]
+    problems = _task_problems(config, "depth_grid", tuned)
+    problems += [f"depth_grid.depths.{name}: unknown task {name!r}, so these depths are never "
+                 f"trained; depths are given per task of depth_grid.tasks "
+                 f"{grid.get('tasks', [])}"
+                 for name in (depths if isinstance(depths, dict) else []) if name not in TASKS]
     batch = grid.get("batch", 32)
     for task in grid.get("tasks", []):
         if task not in TASKS:
-            continue  # said by config.check_config
+            continue  # said by the cross-checks
         options, key = _options(config, task, False)
         examples = training_examples(task, **options)
         if batch > examples:

@@ -3,7 +3,7 @@ the experiment registry (an experiment's method note is its claims module's `met
 
 from __future__ import annotations
 
-from rankcollapse.plan.tuned import HALVING, grid_budgets, grid_depths, rung_plan, tuned_runs
+from rankcollapse.plan.tuned import HALVING, grid_arms, grid_budgets, grid_depths, rung_plan
 from rankcollapse.plan.tuned import grid as sweep_grid
 
 
@@ -16,9 +16,9 @@ def _list(values) -> str:
 
 
 def depth_grid(c: dict) -> str:
-    """E5's tuned grid: arms, budgets, sweep members and final seeds per arm."""
+    """The depth grid: its arms, budgets, sweep members and final seeds per arm."""
     g = c["depth_grid"]
-    arms = tuned_runs(c)
+    arms = grid_arms(c)
     settings = len(sweep_grid({k: g[k] for k in ("lr", "warmup", "weight_decay")}))
     depths = "; ".join(f"{t} depths {_list(grid_depths(g, t))}" for t in g["tasks"])
     halving = {**HALVING, **g.get("halving", {})}
@@ -44,11 +44,8 @@ def depth_grid(c: dict) -> str:
     curve_line = (f"; the fresh seeds also at budgets {_list(curve['budgets'])} (cool-downs "
                   f"of one warmup-stable-decay run; {_list(curve.get('variants', []))} up to "
                   "the longest, the others up to their own)" if curve.get("budgets") else "")
-    rivals = c.get("rival_fixes", {}).get("variants", []) if "E5b" in c.get("report", {}).get(
-        "experiments", []) else []
     return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
-            f"{depths}; placements {_list(g.get('placements', [])) or 'none'}"
-            + (f" and E5b's rival fixes {_list(rivals)}" if rivals else "") + " at the deepest); "
+            f"{depths}; placements {_list(g.get('placements', [])) or 'none'} at the deepest); "
             f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
             f"{how}, selected by mean validation {g.get('select_by', 'loss')}, then "
             f"{_size(g['seeds'])} fresh seeds; {steps} of batch {g['batch']}{curve_line}: "
@@ -56,12 +53,12 @@ def depth_grid(c: dict) -> str:
 
 
 def rival_fixes(c: dict) -> str:
-    """E5b: the rival fixes, tuned as E5 arms at the deepest depth of their task."""
+    """The rival fixes, tuned as arms of the depth grid at the deepest depth of their task."""
     r, g = c["rival_fixes"], c["depth_grid"]
     deepest = grid_depths(g, r["task"])[-1]
-    return (f"{_size(r['variants'])} rival fixes ({_list(r['variants'])}) tuned as E5 arms at "
-            f"{r['task']} depth {deepest}, beside E5's post_ln, pre_ln and post_ln_deesc there; "
-            f"{_size(g['seeds'])} fresh seeds each")
+    return (f"{_size(r['variants'])} rival fixes ({_list(r['variants'])}) tuned as arms of the "
+            f"depth grid at {r['task']} depth {deepest}, beside its post_ln, pre_ln and "
+            f"post_ln_deesc there; {_size(g['seeds'])} fresh seeds each")
 
 
 def _grid(block: dict, *keys: str) -> int:
@@ -72,7 +69,7 @@ def _grid(block: dict, *keys: str) -> int:
 
 
 def init_sweep(c: dict) -> str:
-    """E1: variants x seeds of random networks."""
+    """The init sweep: variants x seeds of random networks."""
     return (f"{_size(c['init_sweep']['variants'])} variants × {_size(c['init_sweep']['seeds'])} "
             f"seeds; depth {c['init_sweep']['depth']}, width {c['init_sweep']['width']}, "
             f"{c['init_sweep']['heads']} heads, n = {c['init_sweep']['tokens']} tokens, "
@@ -80,14 +77,14 @@ def init_sweep(c: dict) -> str:
 
 
 def realarch(c: dict) -> str:
-    """E1b: real architectures x seeds, with their ablations."""
+    """The realarch block: real architectures x seeds, with their ablations."""
     return (f"{_list(c['realarch']['models'])} × {_size(c['realarch']['seeds'])} seeds; "
             f"{_size(c['realarch']['ablations'])} ablations; {c['realarch']['batch']} sequences "
             f"of {c['realarch']['tokens']} tokens")
 
 
 def paths(c: dict) -> str:
-    """E2: trained networks and the path sampling."""
+    """The paths block: trained networks and the path sampling."""
     return (f"{_grid(c['paths'], 'tasks', 'variants', 'depths', 'seeds')} trained networks "
             f"({_list(c['paths']['tasks'])} × {_list(c['paths']['variants'])} × depths "
             f"{_list(c['paths']['depths'])} × {_size(c['paths']['seeds'])} seeds; widths "
@@ -98,7 +95,7 @@ def paths(c: dict) -> str:
 
 
 def circle(c: dict) -> str:
-    """E3: trained one-layer networks and their roll-outs."""
+    """The circle block: trained one-layer networks and their roll-outs."""
     return (f"{_grid(c['circle'], 'setups', 'widths', 'seeds')} trained layers "
             f"({_size(c['circle']['setups'])} set-ups × widths {_list(c['circle']['widths'])} × "
             f"{_size(c['circle']['seeds'])} seeds), {c['circle']['steps']} Adam steps at "
@@ -107,14 +104,14 @@ def circle(c: dict) -> str:
 
 
 def escalation(c: dict) -> str:
-    """E4: trained networks of one depth."""
+    """The escalation block: trained networks of one depth."""
     return (f"{_grid(c['escalation'], 'variants', 'seeds')} trained networks of depth "
             f"{c['escalation']['depth']} on {c['escalation']['task']}; width "
             f"{c['train']['width']}, {c['train']['steps']} steps")
 
 
 def particles(p: dict) -> str:
-    """E6's size line: one clause per study."""
+    """The particles block: one clause per study."""
     h, s, x, b, m = (p[k] for k in ("homogenization", "small_beta", "simplex", "large_beta",
                                    "maps"))
     return (f"homogenization over depths {_list(h['depths'])} ({h['runs']} runs each; heads "

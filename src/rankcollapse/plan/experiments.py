@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rankcollapse.plan import checks, describe
+from rankcollapse.plan import checks, data_checks, describe
+from rankcollapse.plan import tuned as tunedplan
 from rankcollapse.plan.particles import TABLES as PARTICLE_TABLES
 from rankcollapse.plan.particles import config_problems as particle_problems
 
@@ -45,13 +46,14 @@ class Experiment:
     tables: Callable[[Config], dict[str, str]]  # {name: collected table under results/}
     files: dict[str, str] = field(default_factory=dict)  # {name: tracked file it also reads}
     training: Training | None = None  # networks trained as ensembles (E2, E4)
-    tuned: bool = False  # networks tuned per arm (rule train_tuned: E5, E5b)
+    # Networks tuned per arm (rule train_tuned: E5, E5b): (task, variant, depth) of its arms.
+    tuned: Callable[[Config], list[tuple[str, str, int]]] | None = None
     checks: tuple[Callable[[Config], list[str]], ...] = ()
     size: Callable[[Config], str] = lambda config: "—"
 
     @property
     def trains(self) -> bool:
-        return self.training is not None or self.tuned
+        return self.training is not None or self.tuned is not None
 
 
 def _in_report(config: Config, experiment: str) -> bool:
@@ -102,7 +104,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         library=("rankcollapse.probe.realarch", "rankcollapse.probe"),
         claims="rankcollapse.claims.e1b",
         tables=lambda c: {"realarch": "tables/E1b_realarch.parquet"},
-        checks=(checks.realarch,), size=describe.realarch),
+        checks=(checks.realarch, data_checks.realarch), size=describe.realarch),
     Experiment(
         "E2", "Path lengths", "D21",
         blocks=("paths", "train"), settings=("paths", "tasks"),
@@ -113,7 +115,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         tables=lambda c: {"paths": "tables/E2_paths.parquet"},
         files={"reference": REFERENCE},
         training=Training(_paths_runs, train=_paths_train, data=_paths_data),
-        checks=(checks.paths,), size=describe.paths),
+        checks=(checks.paths, data_checks.paths), size=describe.paths),
     Experiment(
         "E3", "Circle trajectories", "D21",
         blocks=("circle",), settings=("circle",),
@@ -123,7 +125,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         claims="rankcollapse.claims.e3",
         tables=lambda c: {"circle": "tables/E3_circle.parquet"},
         files={"reference": REFERENCE},
-        checks=(checks.circle,), size=describe.circle),
+        checks=(checks.circle, data_checks.circle), size=describe.circle),
     Experiment(
         "E4", "Token similarity escalates with depth", "YZ",
         blocks=("escalation", "train"), settings=("escalation", "train", "tasks"),
@@ -136,7 +138,7 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         tables=lambda c: {"metrics": "tables/E4_metrics.parquet", "init": "tables/E1_init.parquet"}
         | ({"deep": E5_TABLES["metrics"]} if _in_report(c, "E5") else {}),
         training=Training(_escalation_runs),
-        checks=(checks.escalation,), size=describe.escalation),
+        checks=(checks.escalation, data_checks.escalation), size=describe.escalation),
     Experiment(
         "E5", "Depth-enabling fixes, each arm tuned", "YZ",
         blocks=("depth_grid", "train"), settings=("depth_grid", "train", "tasks"),
@@ -145,8 +147,10 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         library=("rankcollapse.plan.tuned", "rankcollapse.training.tuning",
                  "rankcollapse.experiments.trained"),
         claims="rankcollapse.claims.e5",
-        tables=lambda c: dict(E5_TABLES), tuned=True,
-        checks=(checks.depth_grid,), size=describe.depth_grid),
+        tables=lambda c: dict(E5_TABLES), tuned=tunedplan.grid_arms,
+        # The grid's digits need a validation split whenever some reported arm is tuned.
+        checks=(checks.depth_grid, lambda c: data_checks.depth_grid(c, tuned=_tunes(c))),
+        size=describe.depth_grid),
     Experiment(
         # Rival fixes, tuned as E5 arms at its deepest digits depth: E5's runs and tables.
         "E5b", "Rival fixes at E5's deepest depth", "rivals",
@@ -156,8 +160,10 @@ REGISTRY: dict[str, Experiment] = {e.id: e for e in (
         library=("rankcollapse.plan.tuned", "rankcollapse.training.tuning",
                  "rankcollapse.experiments.trained"),
         claims="rankcollapse.claims.e5b",
-        tables=lambda c: {k: E5_TABLES[k] for k in ("metrics", "tuning")}, tuned=True,
-        checks=(checks.rival_fixes,), size=describe.rival_fixes),
+        tables=lambda c: {k: E5_TABLES[k] for k in ("metrics", "tuning")},
+        tuned=tunedplan.rival_arms,
+        checks=(lambda c: checks.rival_fixes(c, reported=_in_report(c, "E5b")),),
+        size=describe.rival_fixes),
     Experiment(
         "E6", "Homogenized limits of random attention", "KGR26",
         blocks=("particles",), settings=("particles",),
@@ -202,6 +208,19 @@ def in_report(config: Config) -> list[Experiment]:
     return [get(e) for e in config["report"]["experiments"]]
 
 
+def _tunes(config: Config) -> bool:
+    """Whether some experiment of the report tunes arms (they select on validation data)."""
+    return any(REGISTRY[e].tuned is not None
+               for e in config.get("report", {}).get("experiments", []) if e in REGISTRY)
+
+
+def tuned_runs(config: Config) -> list[tuple[str, str, int]]:
+    """(task, variant, depth) of every tuned arm the report's experiments train, in their
+    order (an arm two experiments share is trained once)."""
+    runs = [arm for e in in_report(config) if e.tuned is not None for arm in e.tuned(config)]
+    return list(dict.fromkeys(runs))
+
+
 def ensemble_trained() -> tuple[str, ...]:
     """The experiments whose networks train as ensembles (the `train` rule)."""
     return tuple(e.id for e in REGISTRY.values() if e.training is not None)
@@ -213,6 +232,8 @@ def needed_tables(config: Config) -> set[str]:
 
 
 def problems(config: Config) -> list[str]:
-    """Every experiment's config cross-checks (each block is checked, in the report or not:
-    a block left to the schema's defaults passes)."""
-    return [p for e in REGISTRY.values() for check in e.checks for p in check(config)]
+    """Every experiment's config checks, its cross-checks and its data checks (each block is
+    checked, in the report or not: a block left to the schema's defaults passes), each problem
+    said once (a task two experiments use is one problem)."""
+    return list(dict.fromkeys(p for e in REGISTRY.values() for check in e.checks
+                              for p in check(config)))

@@ -1,7 +1,7 @@
-"""Experiment E6 [KGR26]: the parameter points of the particle studies, planned from the config.
-
-:func:`plan` turns the workflow config into ``{study: {point: params}}`` (the studies:
-docs/e6_homogenized.md) and :func:`config_problems` checks E6's cross-field settings.
+"""The particle studies of the `particles` block [KGR26]: their parameter points, planned from
+the config. :func:`plan` turns the workflow config into ``{study: {point: params}}`` (the
+studies: docs/e6_homogenized.md) and :func:`config_problems` checks the block's cross-field
+settings.
 """
 
 from __future__ import annotations
@@ -82,8 +82,9 @@ def config_problems(particles: dict) -> list[str]:
 
 
 def plan(particles: dict, init_sweep: dict) -> dict[str, dict[str, dict]]:
-    """``{study: {point: params}}`` for the config's ``particles`` block (E1's ``init_sweep`` sets
-    the discrete comparison). Every params dict is JSON-serialisable and holds its seed."""
+    """``{study: {point: params}}`` for the config's ``particles`` block (the ``init_sweep``
+    block sets the discrete comparison). Every params dict is JSON-serialisable and holds its
+    seed."""
     base = particles["seed"]
     norm = particles["head_norm"]
     h = particles["homogenization"]
@@ -131,7 +132,7 @@ def plan(particles: dict, init_sweep: dict) -> dict[str, dict[str, dict]]:
         "e1": {"kind": "trajectory", "regime": "unscaled", "n": init_sweep["tokens"],
                "d": init_sweep["width"], "H": init_sweep["heads"], "L": init_sweep["depth"],
                "eta": 1.0, "beta": init_sweep.get("temperature", 1.0), "T": None,
-               # E1's networks add their heads (concatenation and output projection)
+               # the init sweep's networks add their heads (concatenation, output projection)
                "head_norm": "sum", "runs": particles["discrete_runs"], "record_every": 1,
                "x0_seed": None}
     }

@@ -1,7 +1,7 @@
 """The workflow's training grid as ensembles, planned from the config before any job runs.
 
-Every experiment whose registry record has `training` (E2, E4; E5's arms are tuned one by one:
-plan.tuned) asks for runs of architectures (task, variant, depth) over seeds and optimiser
+Every experiment whose registry record has `training` (the tuned arms are planned one by one
+instead: plan.tuned) asks for runs of architectures (task, variant, depth) over seeds and optimiser
 settings. The config gives `lr`, `warmup` and `weight_decay` as a number or a list (a sweep); an
 experiment's members for one architecture are the product seeds x lr x warmup x weight_decay.
 All members of one architecture, whichever experiments ask for them, train as one ensemble
@@ -40,7 +40,7 @@ class Group:
     model_options: dict  # width, heads, mlp_ratio, depth
     train_options: dict  # the TrainConfig fields every member shares
     members: tuple  # ({seed, lr, warmup, weight_decay}, ...), sorted
-    task_options: dict  # the data options (the config's `tasks.<task>`, E2's overrides)
+    task_options: dict  # the data options (the config's `tasks.<task>`, a record's overrides)
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ def _training(experiment: str):
 
 def _settings(config: dict, experiment: str, task: str) -> tuple[dict, dict]:
     """(model sizes, training options with sweeps as lists) of an experiment's runs on `task`
-    (its registry record's `training.train`: E2 overrides the `train` block per task)."""
+    (its registry record's `training.train`, which may override the `train` block per
+    task)."""
     train = _training(experiment).train(config, task)
     return {k: train[k] for k in MODEL_KEYS}, {k: v for k, v in train.items()
                                                  if k not in (*MODEL_KEYS, *PLAN_KEYS)}

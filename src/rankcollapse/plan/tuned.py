@@ -1,5 +1,6 @@
-"""E5's plan: every arm (task, variant, depth) tuned on its own, the jobs that hold them, and
-the settings each job trains (the sweep's grid, successive halving's rung budgets)."""
+"""The depth grid's plan (`depth_grid`, `rival_fixes`): every arm (task, variant, depth) tuned on
+its own, the jobs that hold them, and the settings each job trains (budgets per depth, the
+sweep's grid, successive halving's rungs)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ METHODS = ("grid", "halving")
 # Successive halving's defaults (the schema's too). screen_seeds: how many of the tuning seeds
 # train the rungs before the deciding one (0: all of them).
 HALVING = {"eta": 3, "rungs": 3, "screen_seeds": 0}
-# What E5's arms take from the `train` block; steps, batch, schedule and cooldown are
+# What the tuned arms take from the `train` block; steps, batch, schedule and cooldown are
 # depth_grid's own.
 TUNED_SHARED = ("clip", "checkpoint_every", "eval_every", "precision", "engine", "attention")
-SCHEDULE = {"schedule": "wsd", "cooldown": 0.2}  # E5's schedule unless depth_grid sets one
+SCHEDULE = {"schedule": "wsd", "cooldown": 0.2}  # the arms' schedule unless depth_grid sets one
 
 
 def depth_steps(grid: dict, depth: int) -> int:
@@ -56,11 +57,9 @@ def grid_depths(grid: dict, task: str) -> list[int]:
     return sorted(int(d) for d in (depths[task] if isinstance(depths, dict) else depths))
 
 
-def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
-    """(task, variant, depth) of every E5 job: the grid's variants at each of the task's
-    depths, the placement variants at its deepest depth (for placement_tasks), and E5b's rival
-    fixes (`rival_fixes.variants`) at the deepest depth of `rival_fixes.task` when the report
-    includes E5b."""
+def grid_arms(config: dict) -> list[tuple[str, str, int]]:
+    """(task, variant, depth) of the depth grid's tuned arms: its variants at each of a task's
+    depths, and its placement variants at the deepest depth of each placement task."""
     g = config["depth_grid"]
     runs = []
     for task in g["tasks"]:
@@ -69,19 +68,22 @@ def tuned_runs(config: dict) -> list[tuple[str, str, int]]:
         if task in g.get("placement_tasks", []):
             runs += [(task, v, depths[-1]) for v in g.get("placements", [])
                      if (task, v, depths[-1]) not in runs]
-    rivals = config.get("rival_fixes", {})
-    if "E5b" in config.get("report", {}).get("experiments", []) and rivals.get("task") in \
-            g["tasks"]:
-        task = rivals["task"]
-        deepest = grid_depths(g, task)[-1]
-        runs += [(task, v, deepest) for v in rivals.get("variants", [])
-                 if (task, v, deepest) not in runs]
     return runs
+
+
+def rival_arms(config: dict) -> list[tuple[str, str, int]]:
+    """(task, variant, depth) of the rival fixes (`rival_fixes.variants`), tuned as arms of the
+    depth grid at the deepest depth of `rival_fixes.task` (none when the grid lacks that task)."""
+    g, rivals = config["depth_grid"], config.get("rival_fixes", {})
+    if rivals.get("task") not in g["tasks"]:
+        return []
+    deepest = grid_depths(g, rivals["task"])[-1]
+    return [(rivals["task"], v, deepest) for v in rivals.get("variants", [])]
 
 
 @dataclass(frozen=True)
 class TunedJob:
-    """One E5 job: the arms of one (task, variant) at `depths`, tuned one after another in one
+    """One tuned job: the arms of one (task, variant) at `depths`, tuned one after another in one
     process (`tuning.run_tuned_arms`). One depth unless depth_grid.merge_depths_up_to merges
     the shallow ones."""
 
@@ -100,15 +102,16 @@ class TunedJob:
         return (self.task, self.variant, self.label)
 
 
-def tuned_jobs(config: dict) -> list[TunedJob]:
-    """E5's jobs, in tuned_runs' order: every arm alone, except that the arms of one (task,
-    variant) at depths up to `depth_grid.merge_depths_up_to` share one job, where a job's
-    start (interpreter, torch, data, a GPU's context: seconds) would dwarf a shallow arm's
-    work. 0 (the default) merges nothing."""
+def tuned_jobs(config: dict, runs: list[tuple[str, str, int]]) -> list[TunedJob]:
+    """The jobs that train the tuned arms `runs` (task, variant, depth; in their order): every
+    arm alone, except that the arms of one (task, variant) at depths up to
+    `depth_grid.merge_depths_up_to` share one job, where a job's start (interpreter, torch,
+    data, a GPU's context: seconds) would dwarf a shallow arm's work. 0 (the default) merges
+    nothing."""
     limit = int(config["depth_grid"].get("merge_depths_up_to", 0))
     jobs: list[list] = []
     merged: dict[tuple[str, str], list] = {}
-    for task, variant, depth in tuned_runs(config):
+    for task, variant, depth in runs:
         if depth <= limit and (task, variant) in merged:
             merged[(task, variant)][2].append(depth)
             continue

@@ -3,11 +3,10 @@
 
 # E5 (and E5b's rival fixes): one tuned job per (task, variant, depth), or per (task, variant)
 # over its shallow depths (depth_grid.merge_depths_up_to; rankcollapse.plan.tuned.tuned_jobs).
-TUNED = (
-    {job.key: job for job in tunedplan.tuned_jobs(config)}
-    if any(record.tuned for record in registry.in_report(config))
-    else {}
-)
+TUNED = {
+    job.key: job
+    for job in tunedplan.tuned_jobs(config, registry.tuned_runs(config))
+}
 TUNED_FILES = {
     "metrics": results("tuned/{}/{}/L{}/metrics.parquet"),
     "history": results("tuned/{}/{}/L{}/history.parquet"),

@@ -19,13 +19,15 @@
 
 # %% tags=["parameters"]
 experiment = "E1"
-tables = {"init": "results/tables/E1_init.parquet"}
-settings = {
-    "init_sweep": {"depth": 32, "width": 64, "heads": 2, "tokens": 32, "batch": 16},
-    "fit": {"floor": 1e-13, "max_residual": 0.9, "bootstrap": 1000},
-}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E1"
 numbers_path = "results/numbers/E1.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -194,8 +196,7 @@ description = (
 )
 print(description)
 io.write_json(section(
-    experiment, "Rank collapse at initialisation", "Dong, Cordonnier & Loukas (ICML 2021)",
-    description,
+    experiment, description,
     figures=[
         {"name": "residual_vs_depth", **fig_residual, "caption":
          "Relative residual ‖X_l − 1x̄ᵀ‖/‖X_l‖ (composite ℓ1,∞ norm, as Dong et al. plot) of "

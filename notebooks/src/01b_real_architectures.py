@@ -26,10 +26,15 @@
 
 # %% tags=["parameters"]
 experiment = "E1b"
-tables = {"realarch": "results/tables/E1b_realarch.parquet"}
-settings = {"realarch": {"batch": 32, "tokens": 128}}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E1b"
 numbers_path = "results/numbers/E1b.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 from importlib import metadata
@@ -240,8 +245,7 @@ description = (
 )
 print(description)
 io.write_json(section(
-    experiment, "Real architectures at initialisation", "Dong, Cordonnier & Loukas (ICML 2021)",
-    description,
+    experiment, description,
     figures=[{"name": "real_architectures", **fig_curves, "caption":
               "Relative residual (composite ℓ1,∞ norm, token-mean centring) of every layer of "
               "BERT-base, ALBERT-base and XLNet-base at random initialisation, for the four "

@@ -25,12 +25,15 @@
 
 # %% tags=["parameters"]
 experiment = "E2"
-tables = {"paths": "results/tables/E2_paths.parquet",
-          "reference": "workflow/references/d21_original.yaml"}
-settings = {"paths": {"samples": [5, 20], "repeats": 5, "eval_size": 200,
-                      "train": {"steps": 600}}, "tasks": {}}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E2"
 numbers_path = "results/numbers/E2.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -268,8 +271,7 @@ if fig_exact is not None:
                     "the full forward pass (band min–max over networks), and of 20 sampled "
                     "paths of length k (squares)."})
 io.write_json(section(
-    experiment, "Which paths carry the computation", "Dong, Cordonnier & Loukas (ICML 2021)",
-    description, figures=figures,
+    experiment, description, figures=figures,
     tables=[{"caption": "Per task: full-network accuracy and baseline, ours and the paper's; "
              "best sampled-path accuracy over lengths ≤ 1 and ≤ 2 and at full length (20 "
              "paths); the LN-free network's full and exact ≤ 1, ≤ 2 accuracies. Mean ± standard "

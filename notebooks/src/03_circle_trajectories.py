@@ -25,12 +25,15 @@
 
 # %% tags=["parameters"]
 experiment = "E3"
-tables = {"circle": "results/tables/E3_circle.parquet",
-          "reference": "workflow/references/d21_original.yaml"}
-settings = {"circle": {"radius": 0.3, "rollout": 300, "points": 1000, "steps": 1190,
-                       "lr": 1e-5, "batch": 30, "starts": 4}}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E3"
 numbers_path = "results/numbers/E3.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -245,7 +248,7 @@ description = (
 )
 print(description)
 io.write_json(section(
-    experiment, "Circular trajectories", "Dong, Cordonnier & Loukas (ICML 2021)", description,
+    experiment, description,
     figures=[
         {"name": "trajectories", **fig_traj, "caption":
          "Roll-outs of the trained one-layer recurrence, one panel per setup and width (each "

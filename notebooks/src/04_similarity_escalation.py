@@ -32,16 +32,15 @@
 
 # %% tags=["parameters"]
 experiment = "E4"
-tables = {"metrics": "results/tables/E4_metrics.parquet", "init": "results/tables/E1_init.parquet"}
-settings = {
-    "escalation": {"task": "digits", "variants": ["post_ln", "pre_ln", "san_skip", "post_ln_deesc"],
-                   "depth": 16, "seeds": [0, 1]},
-    "train": {"width": 32, "heads": 2, "steps": 400},
-    "tasks": {"digits": {"patch": 2, "test_fraction": 0.2, "data_seed": 0, "val_fraction": 0.1,
-                         "features": "centred"}},
-}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E4"
 numbers_path = "results/numbers/E4.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -305,7 +304,7 @@ summary_text = (
 )
 print(summary_text)
 io.write_json(section(
-    experiment, "Token similarity escalation", "Yu & Zhang (arXiv 2312.06182)", summary_text,
+    experiment, summary_text,
     figures=[
         {"name": "tsim_per_layer", **fig_tsim, "caption":
          "Token similarity t_sim (top) and t_div = 1 − t_sim (bottom, log scale) per layer, "

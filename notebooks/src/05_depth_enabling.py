@@ -36,21 +36,15 @@
 
 # %% tags=["parameters"]
 experiment = "E5"
-tables = {"metrics": "results/tables/E5_metrics.parquet",
-          "history": "results/tables/E5_history.parquet",
-          "tuning": "results/tables/E5_tuning.parquet"}
-settings = {  # papermill injects the run's config blocks (depth_grid, train, tasks)
-    "depth_grid": {"tasks": ["digits", "text"], "variants": ["post_ln", "pre_ln", "post_ln_deesc"],
-                   "depths": {"digits": [2, 8, 32], "text": [2, 8]}, "placements": [],
-                   "seeds": [0, 1, 2, 3, 4], "tuning_seeds": [100, 101, 102],
-                   "steps": {2: 500, 8: 500, 32: 500}, "batch": 32, "warmup": 50,
-                   "lr": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1],
-                   "budget_curve": {"budgets": [125, 250, 500, 1000]}},
-    "train": {"width": 32, "heads": 2, "mlp_ratio": 2},
-    "tasks": {},
-}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E5"
 numbers_path = "results/numbers/E5.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -466,8 +460,7 @@ description = (
 )
 print(description)
 io.write_json(section(
-    experiment, "Depth-enabling with every arm tuned: post-norm, pre-norm and de-escalation",
-    "Yu & Zhang (arXiv 2312.06182)", description,
+    experiment, description,
     figures=[
         {"name": "sweep", **fig_sweep, "caption":
          "The sweep: validation loss (the selection metric, mean over the tuning seeds) against "

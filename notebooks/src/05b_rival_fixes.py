@@ -29,17 +29,15 @@
 
 # %% tags=["parameters"]
 experiment = "E5b"
-tables = {"metrics": "results/tables/E5_metrics.parquet",
-          "tuning": "results/tables/E5_tuning.parquet"}
-settings = {  # papermill injects the run's config blocks (rival_fixes, depth_grid)
-    "rival_fixes": {"task": "digits",
-                    "variants": ["post_ln_center", "post_ln_scaled", "post_ln_deepnorm"]},
-    "depth_grid": {"variants": ["post_ln", "pre_ln", "post_ln_deesc"],
-                   "steps": {2: 500, 8: 500, 32: 500}, "tuning_seeds": [100, 101, 102],
-                   "lr": [1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1], "warmup": 50},
-}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E5b"
 numbers_path = "results/numbers/E5b.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -153,9 +151,7 @@ description = (
 )
 print(description)
 io.write_json(section(
-    experiment, "Rival depth fixes side by side",
-    "Yu & Zhang; Nait Saada, Naderi & Tanner (ICML 2025); Noci et al. (NeurIPS 2022)",
-    description,
+    experiment, description,
     figures=[{"name": "rival_fixes", **fig_rivals, "caption":
               f"(a) Test accuracy of each fix at depth {L}, each tuned on its own (bars: mean "
               "over seeds; dots: seeds; dotted: chance). (b, c) Token similarity t_sim per layer "

@@ -19,18 +19,15 @@
 
 # %% tags=["parameters"]
 experiment = "E6"
-tables = {
-    "homog": "results/tables/E6_homog.parquet",
-    "small_beta": "results/tables/E6_small_beta.parquet",
-    "simplex": "results/tables/E6_simplex.parquet",
-    "large_beta": "results/tables/E6_large_beta.parquet",
-    "maps": "results/tables/E6_maps.parquet",
-    "antipodal": "results/tables/E6_antipodal.parquet",
-    "derivation": "notebooks/06_homogenized_derivation.md",
-}
-settings = {"particles": {}}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E6"
 numbers_path = "results/numbers/E6.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 from pathlib import Path
@@ -722,7 +719,6 @@ numbers = {
     "maps": frac.to_dict(orient="records"),
 }
 io.write_json(section(
-    experiment, "Homogenized transformers: random attention on the sphere",
-    "Koubbi, Geshkovski & Rigollet (arXiv 2604.01978, 2026)", description,
+    experiment, description,
     figures=figures, tables=section_tables, measurements=measurements, numbers=numbers,
 ), numbers_path)

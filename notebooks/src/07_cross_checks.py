@@ -26,13 +26,15 @@
 
 # %% tags=["parameters"]
 experiment = "E7"
-tables = {"init": "results/tables/E1_init.parquet"}
-settings = {
-    "init_sweep": {"depth": 32, "width": 64, "heads": 2, "tokens": 32, "batch": 16},
-    "fit": {"bootstrap": 1000},
-}
+tables = None  # name -> table: papermill injects the run's; None: the default config's
+settings = None  # block -> config block: papermill injects the run's; None: the default's
 figures_dir = "report/figures/E7"
 numbers_path = "results/numbers/E7.json"
+
+# %%
+from rankcollapse.notebooks import defaults
+
+tables, settings = defaults(experiment, tables, settings)
 
 # %%
 import matplotlib.pyplot as plt
@@ -228,8 +230,7 @@ description = (
 )
 print(description)
 io.write_json(section(
-    experiment, "Cross-checks: three collapse statistics on the same runs",
-    "all three papers (cross-checks)", description,
+    experiment, description,
     figures=[{"name": "three_statistics", **fig_side, "caption":
               "Dong et al.'s relative residual (composite norm), Yu & Zhang's token similarity "
               "t_sim and KGR26's clustering statistic (mean cosine of the normalised tokens) per "

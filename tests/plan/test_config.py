@@ -265,6 +265,11 @@ def test_reserved_names_cover_every_folder_the_rules_write_under_results():
     rules = [ROOT / "Snakefile", *sorted((ROOT / "workflow/rules").glob("*.smk"))]
     text = "\n".join(p.read_text() for p in rules)
     folders = set(re.findall(r'\bresults\(f?"([A-Za-z0-9_-]+)/', text))
+    # the collected tables' folders: the registry's records name them (their outputs)
+    from rankcollapse.plan import experiments
+
+    folders |= {Path(p).parts[0] for r in experiments.REGISTRY.values()
+                for p in r.outputs.values()}
     assert {"tables", "train", "logs", "benchmarks", "numbers", "notebooks"} <= folders
     assert folders <= RESERVED_NAMES, folders - RESERVED_NAMES
     assert not re.search(r'(?<![\w/.])f?"(results|report)/(?!templates/)', text), \

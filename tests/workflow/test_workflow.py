@@ -167,3 +167,16 @@ def test_diagnostics_config_trains_long_enough_for_its_diagnostics(project):
     # none of E2, E3, E5 reads E1's init-sweep table, so no init sweep runs for them
     assert "init_sweep" not in jobs and "collect_init" not in jobs, jobs
     assert jobs["notebook"] == len(config["report"]["experiments"]) == 3
+
+
+def test_every_table_a_record_makes_is_planned_by_its_rules(project):
+    """Each record's outputs, asked for by name, are jobs of the workflow (the CI config)."""
+    from rankcollapse.plan import experiments
+    from rankcollapse.plan.config import output_roots
+
+    results = output_roots({"name": CI}).results
+    targets = [f"{results}/{path}" for r in experiments.REGISTRY.values()
+               for path in r.outputs.values()]
+    proc = run_snakemake(project, *targets, "-n", "--cores", "1", "--configfile",
+                         "workflow/config/ci.yaml")
+    assert proc.returncode == 0 and all(t in proc.stdout for t in targets), proc.stdout[-3000:]

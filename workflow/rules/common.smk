@@ -75,7 +75,18 @@ EXPERIMENTS = {
     }
     for record in registry.in_report(config)
 }
-E5_TABLES = registry.E5_TABLES
+
+
+def outputs(experiment):
+    """{name: collected table} an experiment's rules make, under RESULTS: its registry record's
+    `outputs` (the one place they are named)."""
+    return {k: results(v) for k, v in registry.get(experiment).outputs.items()}
+
+
+def table(experiment, name):
+    """One of an experiment's collected tables (`outputs`)."""
+    return outputs(experiment)[name]
+
 
 # {collected table: a function giving the wall-time records of the jobs that make it}: each
 # experiment's rules file adds its tables; the report sums the records of the tables it reads.

@@ -24,7 +24,7 @@ rule collect_init:
     input:
         init_sweep_tables,
     output:
-        results("tables/E1_init.parquet"),
+        table("E1", "init"),
     log:
         results("logs/collect/E1_init.log"),
     benchmark:

@@ -23,7 +23,7 @@ rule collect_realarch:
     input:
         realarch_tables,
     output:
-        results("tables/E1b_realarch.parquet"),
+        table("E1b", "realarch"),
     log:
         results("logs/collect/E1b_realarch.log"),
     benchmark:

@@ -27,7 +27,7 @@ rule collect_paths:
     input:
         path_tables,
     output:
-        results("tables/E2_paths.parquet"),
+        table("E2", "paths"),
     log:
         results("logs/collect/E2_paths.log"),
     benchmark:

@@ -23,7 +23,7 @@ rule collect_circle:
     input:
         circle_tables,
     output:
-        results("tables/E3_circle.parquet"),
+        table("E3", "circle"),
     log:
         results("logs/collect/E3_circle.log"),
     benchmark:

@@ -1,23 +1,20 @@
-# E4's tables: the per-layer metrics (and histories) that the training jobs measured
-# (training.smk), with E4's own members.
+# E4's table: the per-layer metrics that the training jobs measured (training.smk), with E4's
+# own members.
 
 
 rule collect_train:
     input:
-        train_tables,
+        escalation_tables,
     output:
-        results("tables/{experiment}_{kind}.parquet"),
+        table("E4", "metrics"),
     log:
-        results("logs/collect/{experiment}_{kind}.log"),
+        results("logs/collect/E4_metrics.log"),
     benchmark:
-        results("benchmarks/collect/{experiment}_{kind}.tsv")
-    wildcard_constraints:
-        experiment="E4",
-        kind="metrics|history",
+        results("benchmarks/collect/E4_metrics.tsv")
     conda:
         "../../envs/environment.yaml"
     threads: 1
     params:
-        members=experiment_members,
+        members=escalation_members,
     script:
         "../scripts/collect_members.py"

@@ -31,9 +31,7 @@ rule collect_tuned:
     input:
         unpack(tuned_tables),
     output:
-        metrics=results("tables/E5_metrics.parquet"),
-        history=results("tables/E5_history.parquet"),
-        tuning=results("tables/E5_tuning.parquet"),
+        **outputs("E5"),
     log:
         results("logs/collect/E5.log"),
     benchmark:

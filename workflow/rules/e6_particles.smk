@@ -23,7 +23,7 @@ rule collect_particles:
     input:
         unpack(particle_tables),
     output:
-        **{table: results(f"tables/E6_{table}.parquet") for table in PARTICLE_TABLES},
+        **outputs("E6"),
     log:
         results("logs/collect/E6.log"),
     benchmark:

@@ -21,7 +21,7 @@ def init_sweep_params(wildcards):
     }
 
 
-BENCHMARKS[results("tables/E1_init.parquet")] = lambda: [
+BENCHMARKS[table("E1", "init")] = lambda: [
     *expand(
         results("benchmarks/init/{variant}.tsv"),
         variant=config["init_sweep"]["variants"],

@@ -8,7 +8,7 @@ def realarch_tables(wildcards=None):
     )
 
 
-BENCHMARKS[results("tables/E1b_realarch.parquet")] = lambda: [
+BENCHMARKS[table("E1b", "realarch")] = lambda: [
     *expand(
         results("benchmarks/realarch/{model}.tsv"), model=config["realarch"]["models"]
     ),

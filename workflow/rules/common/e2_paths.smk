@@ -6,7 +6,7 @@ def path_tables(wildcards=None):
     return train_files("paths", train_jobs("E2"))
 
 
-BENCHMARKS[results("tables/E2_paths.parquet")] = lambda: [
+BENCHMARKS[table("E2", "paths")] = lambda: [
     *train_files("train_benchmark", train_jobs("E2")),
     *train_files("paths_benchmark", train_jobs("E2")),
     results("benchmarks/collect/E2_paths.tsv"),

@@ -23,7 +23,7 @@ def circle_params(wildcards):
     }
 
 
-BENCHMARKS[results("tables/E3_circle.parquet")] = lambda: [
+BENCHMARKS[table("E3", "circle")] = lambda: [
     *expand(
         results("benchmarks/circle/w{width}.tsv"), width=config["circle"]["widths"]
     ),

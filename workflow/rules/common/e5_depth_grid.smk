@@ -4,8 +4,7 @@
 # E5 (and E5b's rival fixes): one tuned job per (task, variant, depth), or per (task, variant)
 # over its shallow depths (depth_grid.merge_depths_up_to; rankcollapse.plan.tuned.tuned_jobs).
 TUNED = {
-    job.key: job
-    for job in tunedplan.tuned_jobs(config, registry.tuned_runs(config))
+    job.key: job for job in tunedplan.tuned_jobs(config, registry.tuned_runs(config))
 }
 TUNED_FILES = {
     "metrics": results("tuned/{}/{}/L{}/metrics.parquet"),
@@ -20,8 +19,8 @@ def tuned_files(kind):
 
 
 def tuned_tables(wildcards=None):
-    """{kind: the per-job tables collected into RESULTS/tables/E5_{kind}.parquet}."""
-    return {kind: tuned_files(kind) for kind in ("metrics", "history", "tuning")}
+    """{kind: the per-job tables collected into E5's table of that name (its outputs)}."""
+    return {kind: tuned_files(kind) for kind in outputs("E5")}
 
 
 def tuned_job(wildcards):
@@ -43,8 +42,8 @@ def tuned_gpu_mb(wildcards):
     return tunedplan.tuned_job_gpu_mb(config, TUNED[key]) if key in TUNED else 0
 
 
-for _table in E5_TABLES.values():
-    BENCHMARKS[results(_table)] = lambda: [
+for _table in outputs("E5").values():
+    BENCHMARKS[_table] = lambda: [
         *tuned_files("train_benchmark"),
         results("benchmarks/collect/E5.tsv"),
     ]

@@ -11,7 +11,7 @@ def particle_plan():
 
 
 def particle_tables(wildcards=None):
-    """{table: the per-point tables collected into RESULTS/tables/E6_{table}.parquet}."""
+    """{table: the per-point tables collected into E6's table of that name (its outputs)}."""
     plan = particle_plan()
     return {
         table: [
@@ -35,5 +35,5 @@ def particle_benchmarks():
     ] + [results("benchmarks/collect/E6.tsv")]
 
 
-for _table in PARTICLE_TABLES:
-    BENCHMARKS[results(f"tables/E6_{_table}.parquet")] = particle_benchmarks
+for _table in outputs("E6").values():
+    BENCHMARKS[_table] = particle_benchmarks

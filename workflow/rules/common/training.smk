@@ -46,16 +46,6 @@ def train_files(kind, jobs):
     return [TRAIN_FILES[kind].format(j.task, j.variant, j.depth, j.part) for j in jobs]
 
 
-def train_tables(wildcards):
-    """The per-ensemble tables collected into RESULTS/tables/{experiment}_{kind}.parquet."""
-    return train_files(wildcards.kind, train_jobs(wildcards.experiment))
-
-
-def experiment_members(wildcards):
-    """The identity rows an experiment's collected table keeps."""
-    return trainplan.experiment_members(config, wildcards.experiment)
-
-
 def train_params(wildcards):
     """One ensemble job's settings: task options, switches, model, shared training options
     and its members (seed, lr, warmup, weight_decay each)."""

@@ -9,7 +9,7 @@ steps timed after the engine is prepared (its capture or compilation time report
 The FLOPs of a member step are torch's count (FlopCounterMode: matrix products and attention)
 of one model's forward and backward, so the fraction of the float32 matrix rate (an 8192^3
 product on a GPU, measured in the same run) is the share of the device's arithmetic the step
-uses; each precision's own rate is reported beside it. Target (issue 27): at depth 128, K = 32,
+uses; each precision's own rate is reported beside it. Target: at depth 128, K = 32,
 >= 30% of the float32 matrix rate, whatever precision gets there (judged on a GPU only).
 Also reported: the largest difference of a float32 engine's losses from the eager ones'.
 
@@ -55,7 +55,7 @@ def _env_list(name: str, default: str) -> list[str]:
 def paper_arm() -> tuple[dict, dict, str, dict]:
     """(model sizes, train options, variant, switches) of a paper.yaml arm (QUICK: tiny);
     B9_CONFIG=default: the default config's arm instead (width 32, batch 32: the CPU's deep arm,
-    benchmarks/README.md, issue 39)."""
+    benchmarks/README.md)."""
     files = [HERE.parent / "workflow/config/default.yaml"]
     if os.environ.get("B9_CONFIG", "paper") == "paper":
         files.append(HERE.parent / "workflow/config/paper.yaml")

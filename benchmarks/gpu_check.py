@@ -1,4 +1,4 @@
-"""The GPU check (issue 27): what one GPU machine does with this project, in under 8 minutes.
+"""The GPU check: what one GPU machine does with this project, in under 8 minutes.
 
     make bench-gpu            (or: python3 benchmarks/gpu_check.py, with the machine's own torch)
     make bench-gpu QUICK=1    (the CPU mode CI runs: tiny sizes, the workflow only dry-run)

@@ -13,8 +13,8 @@ the first term the launch and dispatch cost of a step (it grows with depth, not 
 second its arithmetic at the rate the step reaches when compute-bound, q how the two overlap
 (fitted: 1.7 on the H200's eager points). The model is fitted to B9's rows when a B9 run on a
 GPU is in benchmarks/results.json or results/gpu_check/results.json (per engine and
-precision), else to benchmarks/gpu_reference.yaml (the H200 measurements of the engine before
-issue 27: its eager step, and its forward + backward captured in a CUDA graph). Start-up of
+precision), else to benchmarks/gpu_reference.yaml (the H200 measurements of the previous engine:
+its eager step, and its forward + backward captured in a CUDA graph). Start-up of
 jobs and evaluation are left out. A projection, not a measurement.
 """
 
@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 REFERENCE = HERE / "gpu_reference.yaml"
 RESULTS = [HERE / "results.json", ROOT / "results/gpu_check/results.json"]
-TARGET_H = 2.0  # issue 27: paper.yaml's training on one GPU
+TARGET_H = 2.0  # the engine's target: paper.yaml's training on one GPU
 
 
 def load_config(name: str) -> dict:
@@ -148,7 +148,7 @@ def _digits_flops(depth: int) -> float:
 
 
 def reference_models() -> dict[str, StepModel]:
-    """{eager, graph}: the model fitted to gpu_reference.yaml (the H200, before issue 27)."""
+    """{eager, graph}: the model fitted to gpu_reference.yaml (the H200, the previous engine)."""
     ref = yaml.safe_load(REFERENCE.read_text())
     eager = {(r["depth"], r["members"]): r["member_steps_per_s"] for r in ref["eager"]
              if "task" not in r}
@@ -168,7 +168,7 @@ def reference_models() -> dict[str, StepModel]:
     models["graph"] = StepModel(x / deep, g_rate, q, "CUDA graph of forward + backward "
                                 f"(no optimiser), {ref['source']}")
     models["target"] = StepModel(x / deep, 0.30 * ref["float32_matmul_tflops"] * 1e12, q,
-                                 "issue 27's target: the graph's launch cost, arithmetic at "
+                                 "the engine's target: the graph's launch cost, arithmetic at "
                                  "30% of the float32 matrix rate")
     return models
 

@@ -139,7 +139,7 @@ def test_network_summary_reads_the_lengths_the_report_quotes():
     assert np.isnan(e2.network_summary(rows[rows.protocol != "full"])["short_share"])
 
 
-# --- diagnostics (issue 28): the original code's figures and long training --------------------
+# --- diagnostics: the original code's figures and long training --------------------
 
 def reference(task: str, match: str, full, short, longest) -> dict:
     """A reference file's content (references.load's form) with one E2 run per seed: full

@@ -131,7 +131,7 @@ def test_layers_not_rollouts_are_the_units():
     assert np.allclose(m.samples, 1.0)
 
 
-# --- diagnostics (issue 28): the original code's layers and long training ---------------------
+# --- diagnostics: the original code's layers and long training ---------------------
 
 def reference(times: dict) -> dict:
     """A reference file's content with one E3 run per layer: times {setup: value_of(index)}

@@ -112,7 +112,7 @@ def test_missing_variants_are_not_testable():
         assert judge(REGISTRY[m.id], m).verdict == "not testable", m.id
 
 
-# --- diagnostics of the de-escalation claims (issue 28) ---------------------------------------
+# --- diagnostics of the de-escalation claims ---------------------------------------
 
 @pytest.mark.parametrize("expected", ["reproduced", "partly", "not reproduced"])
 @pytest.mark.parametrize("cid", list(e4.DIAGNOSTICS))

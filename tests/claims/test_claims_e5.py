@@ -128,7 +128,7 @@ def test_text_metric_is_lower_is_better():
     assert np.isfinite(m.value)
 
 
-# --- diagnostics of the text claims (issue 28) ------------------------------------------------
+# --- diagnostics of the text claims ------------------------------------------------
 
 def judged_at(cid: str, table: pd.DataFrame, curve: pd.DataFrame | None = None):
     m = next(m for m in e5.measure(table, resamples=400, curve=curve) if m.id == cid)
@@ -204,7 +204,7 @@ def test_long_training_diagnostics_restate_the_claims_only_at_that_budget():
         assert judged_at(cid, table, missing).verdict == "not testable"
 
 
-# --- the control-converged checks (issue 39) ------------------------------------------------
+# --- the control-converged checks ------------------------------------------------
 
 def test_a_run_without_a_budget_curve_leaves_the_checks_not_testable():
     table = runs("digits", flat("digits", "pre_ln", 0.9, 0.9))

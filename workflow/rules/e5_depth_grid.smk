@@ -1,5 +1,12 @@
 # E5 (and E5b's rival fixes, tuned as E5 arms at its deepest depth): every arm tuned on its
-# own (rankcollapse.plan.tuned), then its final seeds; then E5's three tables.
+# own (rankcollapse.plan.tuned), then its final seeds; then E5's tables. One job per (task,
+# variant, depth) tunes its optimiser settings (rankcollapse.training.tuning): successive halving
+# on the tuning seeds as one ensemble, selected on the validation split by the registered rule
+# (rankcollapse.training.selection), then the fresh seeds at the selected setting as a second
+# ensemble, with the budget curve's cool-down branches; tuning.parquet has a row per member of
+# both (role sweep / final), metrics.parquet the final members' per-layer metrics. With
+# depth_grid.merge_depths_up_to, the shallow arms of one (task, variant) share one job, one
+# after another ({depths}: e.g. 2-8), where starting a job would cost more than their work.
 
 
 rule train_tuned:

@@ -1,4 +1,4 @@
-# E2/E4 training: one job per ensemble, all members (seeds x optimiser settings) of one
+# E2/E4 training (E5 and E5b tune theirs: e5_depth_grid.smk): one job per ensemble, all members (seeds x optimiser settings) of one
 # (task, variant, depth) as one batched model, split into parts by train.ensemble_memory_mb.
 # A killed job resumes from the checkpoint.pt beside its outputs; a diverged member is
 # recorded (flagged, with its step) and the others go on. The same job then measures every
@@ -30,11 +30,3 @@ rule train:
         eval_size=config["train"]["eval_size"],
     script:
         "../scripts/train.py"
-
-
-# E5: one job per (task, variant, depth) tunes its own optimiser settings (rankcollapse.training.tuning):
-# the sweep on the tuning seeds as one ensemble, selected on the validation split, then the
-# fresh seeds at the selected setting as a second ensemble; tuning.parquet has a row per member
-# of both (role sweep / final); metrics.parquet the final members' per-layer metrics. With
-# depth_grid.merge_depths_up_to, the shallow arms of one (task, variant) share one job, one
-# after another ({depths}: e.g. 2-4-8), where starting a job would cost more than their work.

@@ -25,7 +25,7 @@ PAPER_IDS = tuple(f"E2.{what}_{task}"
                   for what in ("sampled_short_paths", "sampled_long_paths", "full_model",
                                "exact_short_paths")
                   for task in TASKS)
-# Diagnostics (issue 28). The original code's networks (workflow/references/d21_original.yaml):
+# Diagnostics. The original code's networks (workflow/references/d21_original.yaml):
 # claim -> (task, the reference's settings_match, statistic: short share or long drop).
 REFERENCE = {
     "E2.reference_short_paths_hull": ("hull", "ours", "short"),

@@ -17,7 +17,7 @@ from rankcollapse.claims.measurement import Measurement, at_scale, not_testable,
 PAPER_IDS = ("E3.no_skip_collapses", "E3.skip_prevents_collapse", "E3.mlp_counteracts",
              "E3.wider_collapses_faster", "E3.no_skip_collapses_attention_only",
              "E3.skip_prevents_collapse_attention_only")
-# Diagnostics (issue 28): the original code's layers (workflow/references/d21_original.yaml) ...
+# Diagnostics: the original code's layers (workflow/references/d21_original.yaml) ...
 REFERENCE = ("E3.reference_mlp_counteracts", "E3.reference_no_skip_collapses")
 # ... and ours trained at least LONG_STEPS steps: diagnostic -> the paper claim it restates.
 LONG_STEPS = 3570

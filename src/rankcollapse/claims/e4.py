@@ -22,7 +22,7 @@ FITS = {  # claim: (view, variant, fit key)
     "E4.deescalation_holds_tdiv": ("init_gaussian", "post_ln_deesc", "rho"),
     "E4.deescalation_holds_tdiv_trained": ("trained", "post_ln_deesc", "rho"),
 }
-# Diagnostics of the de-escalation claims (issue 28), on E4's own networks (digits test images):
+# Diagnostics of the de-escalation claims, on E4's own networks (digits test images):
 # claim -> (view, variant, which t_sim: after the block, or after the attention sublayer).
 DIAGNOSTICS = {
     "E4.deesc_after_attention_init": ("init_task", "post_ln_deesc", "after_attention"),

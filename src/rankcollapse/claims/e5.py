@@ -30,8 +30,8 @@ PLACEMENTS = {"placement_mlp_trains_deep": "post_ln_deesc_mlp",
               "placement_out_trains_deep": "post_ln_deesc_out"}
 PAPER_IDS = tuple([f"E5.{task}.{name}" for task in TASKS for name in GRID]
                   + [f"E5.digits.{name}" for name in PLACEMENTS])
-# Diagnostics: post-hoc readings of the text grid (issue 28), and the claims of both tasks
-# restated in a run that trains every network at least LONG_STEPS steps (digits: issue 34).
+# Diagnostics: post-hoc readings of the text grid, and the claims of both tasks
+# restated in a run that trains every network at least LONG_STEPS steps (digits too).
 MEASURABLE_GAP = 0.2  # bits per character: 4 x the margin
 LONG_STEPS = 1000
 LONG_TRAINING = {f"E5.{task}.long_training_{name}": f"E5.{task}.{name}"

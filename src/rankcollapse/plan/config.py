@@ -72,7 +72,7 @@ def check_schema(config: dict, schema: dict) -> None:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(lines))
 
 
-# Where each config writes (issue 34): the config named `default` (the schema's default name)
+# Where each config writes: the config named `default` (the schema's default name)
 # writes results/ and report/report.{html,pdf}; any other name writes results/<name>/ and
 # report/<name>.{html,pdf}, with its figures under report/<name>/figures/. So a name must not be
 # a folder that the default writes under results/ (the rules' folders and

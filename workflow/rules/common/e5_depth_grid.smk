@@ -6,12 +6,11 @@
 TUNED = {
     job.key: job for job in tunedplan.tuned_jobs(config, registry.tuned_runs(config))
 }
+# Each job's table of every kind E5 collects (the record's outputs; rule train_tuned writes
+# them under these names) and its benchmark record.
 TUNED_FILES = {
-    "metrics": results("tuned/{}/{}/L{}/metrics.parquet"),
-    "history": results("tuned/{}/{}/L{}/history.parquet"),
-    "tuning": results("tuned/{}/{}/L{}/tuning.parquet"),
-    "train_benchmark": results("benchmarks/tuned/{}/{}/L{}.tsv"),
-}
+    kind: results(f"tuned/{{}}/{{}}/L{{}}/{kind}.parquet") for kind in outputs("E5")
+} | {"train_benchmark": results("benchmarks/tuned/{}/{}/L{}.tsv")}
 
 
 def tuned_files(kind):

@@ -43,13 +43,13 @@ def test_the_parse_time_layer_imports_neither_torch_nor_pandas():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
-def module_imports(name: str, path: Path) -> set[str]:
-    """The rankcollapse modules that `name` imports when it is imported (top-level statements,
-    not imports inside functions): `from a import b` counts a.b when that is a module, else a."""
+def _imported(name: str, path: Path, anywhere: bool) -> set[str]:
+    """The rankcollapse modules `name` imports: at module level, or (anywhere) inside functions
+    too; `from a import b` counts a.b when that is a module, else a."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in tree.body:
+    for node in ast.walk(tree) if anywhere else tree.body:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -57,9 +57,15 @@ def module_imports(name: str, path: Path) -> set[str]:
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
                                 + ([base] if base else []))
-            for alias in node.names:
-                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
-    return {m for m in found if m in MODULES and m != name}
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                      for a in node.names}
+    return {m for m in found if m.startswith("rankcollapse")}
+
+
+def module_imports(name: str, path: Path) -> set[str]:
+    """The rankcollapse modules that `name` imports when it is imported (top-level statements,
+    not imports inside functions)."""
+    return {m for m in _imported(name, path, anywhere=False) if m in MODULES and m != name}
 
 
 def test_no_module_imports_itself_back():
@@ -103,20 +109,7 @@ def unit(module: str) -> str:
 def every_import(name: str, path: Path) -> set[str]:
     """The rankcollapse modules `name` imports anywhere in its file: at module level and inside
     functions (a function-local import is an edge of the graph too, only a later one)."""
-    tree = ast.parse(path.read_text())
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]
-                                + ([base] if base else []))
-            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
-                      for a in node.names}
-    return {m for m in found if m.startswith("rankcollapse")}
+    return _imported(name, path, anywhere=True)
 
 
 def upward_edges(modules: dict[str, Path]) -> list[str]:

@@ -295,3 +295,14 @@ def test_the_rung_plan_trains_no_lone_survivor_and_screens_on_fewer_seeds():
     assert tunedplan.rung_plan(4, 90, {"method": "grid"}, 2) == [
         {"budget": 90, "settings": 4, "seeds": 2}]
     assert tunedplan.rung_plan(1, 90, halving, 2) == [{"budget": 10, "settings": 1, "seeds": 2}]
+
+
+def test_the_halving_protocol_has_one_default():
+    """The library's protocol when called without a config (plan.tuned.HALVING, which the tuned
+    job, the report's size line and the checks start from) is the schema's default one."""
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).resolve().parents[2]
+                             / "workflow/schemas/config.schema.yaml").read_text())
+    halving = schema["properties"]["depth_grid"]["properties"]["halving"]["properties"]
+    assert tunedplan.HALVING == {k: v["default"] for k, v in halving.items()}

@@ -78,6 +78,11 @@ def entry(**overrides) -> dict:
     (entry(experiment="E2"), "must start with its experiment"),
     ({**entry(), "colour": "red"}, "unknown field(s) ['colour']"),
     ({k: v for k, v in entry().items() if k != "quantity"}, "missing field(s) ['quantity']"),
+    (entry(any_model={"ablation": "san", "statistic": "collapse_exponent"}), "E1.x.any_model"),
+    (entry(any_model={"ablation": "san", "statistic": "collapse_exponent",
+                      "weights": ["trained"]}), "E1.x.any_model"),
+    (entry(any_model={"ablation": "san", "statistic": "collapse_exponent", "weights": []}),
+     "E1.x.any_model"),
 ])
 def test_malformed_registry_entries_are_named(fields, message):
     with pytest.raises(RegistryError, match=re.escape(message)):
@@ -314,3 +319,24 @@ def test_the_reading_rule_on_synthetic_verdicts(paper_verdict, diagnostics, read
 def test_a_reproduced_paper_claim_gets_no_diagnosis():
     rows = judged_rows("reproduced", {"E1.a": ("setup", "reproduced", False)})
     assert claims.diagnose(rows) == {}
+
+
+def test_the_claims_any_model_can_be_judged_on_are_the_probes_to_measure():
+    """Every registered any_model field names a statistic the probe can compute and an ablation
+    it runs; the claims judged on random networks are E1's four and E4's two at init, and on a
+    checkpoint E1's four and the trained escalation claim."""
+    from rankcollapse.claims.any_model import STATISTICS
+    from rankcollapse.probe import claims_on
+    from rankcollapse.probe.spec import PROBE_ABLATIONS
+
+    ablations = {a for names in PROBE_ABLATIONS.values() for a in names}
+    fields = {cid: s.any_model for cid, s in REGISTRY.items() if s.any_model}
+    for cid, field in fields.items():
+        assert field["statistic"] in STATISTICS, cid
+        assert field["ablation"] in ablations, cid
+    e1 = ["E1.san_doubly_exponential", "E1.san_cubic_rate", "E1.skip_prevents",
+          "E1.mlp_does_not_prevent"]
+    assert list(claims_on(checkpoint=False)) == [*e1, "E4.escalation_post_ln_init",
+                                                 "E4.linear_rate_log_reading"]
+    assert list(claims_on(checkpoint=True)) == [*e1, "E4.escalation_post_ln_trained"]
+    assert claims_on(checkpoint=False)["E1.skip_prevents"]["ablation"] == "san_skip"

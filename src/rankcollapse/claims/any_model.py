@@ -31,7 +31,7 @@ def measure_exponent(cid: str, table: pd.DataFrame, value: str, floor: float,
                      resamples, note=note)
 
 
-def _seed_means(table: pd.DataFrame) -> dict:
+def seed_means(table: pd.DataFrame) -> dict:
     """Per seed, its (layer, mean t_sim) arrays: what escalation_fits fits of a pooled table, so
     a resample concatenates arrays instead of re-grouping the drawn seeds' tables (the same
     points in the same order, hence the same floats)."""
@@ -42,13 +42,13 @@ def _seed_means(table: pd.DataFrame) -> dict:
     return out
 
 
-def _fits(units: list[tuple], floor: float) -> dict[str, float]:
+def layer_fits(units: list[tuple], floor: float) -> dict[str, float]:
     return fits_from_layer_means(np.concatenate([u[0] for u in units]),
                                  np.concatenate([u[1] for u in units]), floor)
 
 
 def fit_statistic(key: str, floor: float):
-    return lambda units: _fits(units, floor)[key]
+    return lambda units: layer_fits(units, floor)[key]
 
 
 def measure_escalation(cid: str, table: pd.DataFrame, key: str, floor: float, resamples: int,
@@ -56,7 +56,7 @@ def measure_escalation(cid: str, table: pd.DataFrame, key: str, floor: float, re
     """A fit of the seed-mean t_sim per layer (`key`: rho, log_r2, ...; trained.escalation_fits)
     over whole seeds: table has columns seed, layer, token_similarity. Also used by
     rankcollapse.probe."""
-    return over_runs(cid, _seed_means(table), fit_statistic(key, floor), resamples, note=note)
+    return over_runs(cid, seed_means(table), fit_statistic(key, floor), resamples, note=note)
 
 
 # statistic name (the registry's any_model.statistic) -> what it measures on a probe's table:

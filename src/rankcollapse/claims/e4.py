@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from rankcollapse.claims.any_model import _fits, _seed_means, measure_escalation
+from rankcollapse.claims.any_model import layer_fits, measure_escalation, seed_means
 from rankcollapse.claims.measurement import Measurement, exact, not_testable, over_runs
 
 FITS = {  # claim: (view, variant, fit key)
@@ -48,7 +48,7 @@ def _pooled(tables: list[pd.DataFrame]) -> pd.DataFrame:
 
 def reading_gap(units: list[tuple]) -> float:
     """R²(log t_div) − R²(t_sim linear) of the seeds' per-layer mean t_sim."""
-    f = _fits(units, 1e-12)
+    f = layer_fits(units, 1e-12)
     return f["log_r2"] - f["lin_r2"]
 
 
@@ -88,7 +88,7 @@ def measure(views: dict[str, pd.DataFrame], floors: dict[str, float], blank_shar
                                       note=f"{variant}, {view}"))
     t = views["init_gaussian"]
     t = t[t.variant == "post_ln"]
-    out.append(over_runs("E4.which_reading", _seed_means(t), reading_gap, resamples)
+    out.append(over_runs("E4.which_reading", seed_means(t), reading_gap, resamples)
                if len(t) else not_testable("E4.which_reading", "post_ln not measured at init"))
     # |λ₂| of a network whose tokens have collapsed is trivially 0 (uniform, rank-one attention),
     # so the spectral gap is measured on a variant that trains at every depth: pre-LN.

@@ -11,7 +11,6 @@ and checks them before anything heavy is imported, so that --help and bad input 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -92,6 +91,23 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _creatable(out: Path) -> None:
+    """Raise ProbeError unless the folder `out` exists or can be created: tried, then undone,
+    so the check leaves nothing behind (a permission test alone misses read-only file systems
+    and what root may not create, such as a folder under /proc)."""
+    missing = [p for p in (out, *out.absolute().parents) if not p.exists()]
+    parent = out.absolute().parents[len(missing) - 1] if missing else out
+    if not parent.is_dir():
+        raise ProbeError(f"--out {out}: cannot be created, {parent} is a file")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ProbeError(f"--out {out}: cannot be created ({err.strerror}: "
+                         f"{err.filename})") from None
+    for folder in missing:  # innermost first
+        folder.rmdir()
+
+
 def checked(args: argparse.Namespace) -> dict:
     """Everything about the arguments that can be checked without torch: the target (a
     checkpoint folder's config.json, weights and, where a text is read with it, tokenizer), the
@@ -151,12 +167,7 @@ def checked(args: argparse.Namespace) -> dict:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out}: exists and is not a folder")
-    # The folder must be creatable: its nearest existing ancestor a folder we may write in.
-    parent = next(p for p in (out, *out.absolute().parents) if p.exists())
-    if not parent.is_dir():
-        raise ProbeError(f"--out {out}: cannot be created, {parent} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ProbeError(f"--out {out}: cannot be created, {parent} is not writable")
+    _creatable(out)
     existing = [name for name in PROBE_OUTPUTS if (out / name).exists()]
     if existing and not args.force:
         raise ProbeError(f"--out {out} already holds {existing}; nothing was overwritten "

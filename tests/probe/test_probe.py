@@ -363,6 +363,17 @@ def test_an_output_folder_that_cannot_be_created_is_refused_before_the_run(tmp_p
                        f"created, {blocker} is a file\n")
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_no_one_may_create_is_refused_and_a_creatable_one_left_as_it_was(tmp_path,
+                                                                                  capsys):
+    """/proc refuses new folders even to root, which a permission test alone lets through."""
+    assert run_cli("gpt2", "--out", "/proc/rankcollapse-test/out") == 2
+    assert "--out /proc/rankcollapse-test/out: cannot be created (" in capsys.readouterr().err
+    fresh = tmp_path / "new" / "deeper"
+    cli._creatable(fresh)  # can be made: checked by making it, then undone
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_family_name_is_the_family_unless_a_checkpoint_of_that_name_is_here(
         tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

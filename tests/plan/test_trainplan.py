@@ -135,8 +135,12 @@ def test_default_plan_tunes_deep_arms_by_halving_with_fresh_seeds():
             depth = arm["model_options"]["depth"]
             assert arm["train_options"]["steps"] == tunedplan.depth_steps(grid, depth)
             assert arm["train_options"]["schedule"] == "wsd"
-            if job.variant in grid["budget_curve"]["variants"]:
+            if job.variant == grid["budget_curve"]["control"] and depth == deepest:
+                # the control's convergence check reads twice the deepest depth's budget
+                assert max(arm["budgets"]) >= 2 * arm["train_options"]["steps"]
+            elif job.variant in grid["budget_curve"]["variants"]:
                 assert arm["budgets"] == sorted(budgets)
+    assert grid["budget_curve"]["control"] == e5.CONTROL
     # The deep arms run alone; the shallow ones of one (task, variant) share a job.
     jobs = tunedplan.tuned_jobs(DEFAULT, registry.tuned_runs(DEFAULT))
     deep = [j for j in jobs if max(j.depths) == deepest]
@@ -281,6 +285,14 @@ def test_a_budget_per_depth_and_each_arms_budget_curve():
     assert tunedplan.arm_budgets(grid, "pre_ln", 200) == [50, 150, 400, 800]  # past its own
     assert tunedplan.arm_budgets(grid, "post_ln_center", 200) == [50, 150]  # up to its own
     assert tunedplan.arm_budgets({"steps": 5}, "pre_ln", 5) == []
+    # The control at a task's deepest depth also runs to twice its own steps, where the curve
+    # stops short of them; elsewhere, and for other variants, the curve alone.
+    control = {**grid, "budget_curve": {"budgets": [50, 100, 200], "control": "pre_ln",
+                                        "variants": ["pre_ln", "post_ln"]}}
+    assert tunedplan.arm_budgets(control, "pre_ln", 400, deepest=True) == [50, 100, 200, 800]
+    assert tunedplan.arm_budgets(control, "pre_ln", 400) == [50, 100, 200]
+    assert tunedplan.arm_budgets(control, "post_ln", 400, deepest=True) == [50, 100, 200]
+    assert tunedplan.arm_budgets(control, "pre_ln", 100, deepest=True) == [50, 100, 200]
 
 
 def test_the_rung_plan_trains_no_lone_survivor_and_screens_on_fewer_seeds():

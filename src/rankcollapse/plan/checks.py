@@ -137,6 +137,9 @@ def depth_grid(config: dict) -> list[str]:
         + [("depth_grid.placements", v) for v in grid.get("placements", [])]
         + [("depth_grid.budget_curve.variants", v) for v in curve.get("variants", [])])
     problems += unknown_tasks([("depth_grid.tasks", t) for t in grid.get("tasks", [])])
+    if "control" in curve and curve["control"] not in curve.get("variants", []):
+        problems.append(f"depth_grid.budget_curve.control: {curve['control']!r} is not one of "
+                        f"the curve's variants {curve.get('variants', [])}; allowed: one of them")
     fresh = set(grid.get("seeds", [])) & set(grid.get("tuning_seeds", []))
     if fresh:
         problems.append(f"depth_grid.seeds: {sorted(fresh)} also tuning seed(s); the final seeds "

@@ -40,15 +40,19 @@ def grid_budgets(grid: dict) -> dict[int, int]:
     return {d: depth_steps(grid, d) for d in depths}
 
 
-def arm_budgets(grid: dict, variant: str, steps: int) -> list[int]:
+def arm_budgets(grid: dict, variant: str, steps: int, deepest: bool = False) -> list[int]:
     """The training budgets at which an arm's final seeds are also evaluated
     (depth_grid.budget_curve): every budget for the curve's variants (their trunk runs to the
-    largest), the budgets shorter than the arm's own steps for the others."""
+    largest), the budgets shorter than the arm's own steps for the others. The curve's
+    `control`, at a task's deepest depth (`deepest`), also runs to twice its own steps where
+    no budget of the curve goes past them: the longer budget its convergence check reads."""
     curve = grid.get("budget_curve") or {}
     budgets = sorted(int(b) for b in curve.get("budgets", []))
-    if variant in curve.get("variants", []):
-        return budgets
-    return [b for b in budgets if b < steps]
+    if variant not in curve.get("variants", []):
+        return [b for b in budgets if b < steps]
+    if deepest and variant == curve.get("control") and not any(b > steps for b in budgets):
+        budgets.append(2 * int(steps))
+    return budgets
 
 
 def grid_depths(grid: dict, task: str) -> list[int]:
@@ -150,7 +154,8 @@ def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
             "tuning": {"method": g.get("tuning", "grid"), **HALVING, **g.get("halving", {}),
                        "select_by": g.get("select_by", "loss")},
             "memory": tuned_memory(config, task, variant, depth),
-            "budgets": arm_budgets(g, variant, steps)}
+            "budgets": arm_budgets(g, variant, steps,
+                                   deepest=int(depth) == grid_depths(g, task)[-1])}
 
 
 def tuned_memory(config: dict, task: str, variant: str, depth: int) -> dict:

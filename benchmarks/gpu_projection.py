@@ -67,7 +67,6 @@ def member_step_flops(config: dict, task: str, task_options: dict, variant: str,
 def ensembles(config: dict) -> list[dict]:
     """Every ensemble a config trains: experiment, task, depth, members K, steps, FLOPs per
     member step, and what it is (train, sweep rung r, final)."""
-    from rankcollapse.core.specs import stable_steps
     from rankcollapse.plan import experiments, memory, tuned
     from rankcollapse.plan import training as trainplan
 
@@ -94,24 +93,16 @@ def ensembles(config: dict) -> list[dict]:
     for task, variant, depth in experiments.tuned_runs(config):
         experiment = "E5" if variant in e5 else "E5b"  # E5b's rival fixes are tuned arms too
         p = tuned.tuned_params(config, task, variant, depth)
-        steps = p["train_options"]["steps"]
         flops = member_step_flops(config, task, p["task_options"], variant, p["model_options"],
                                   p["train_options"]["batch"])
         fit = max(1, math.floor(p["memory"]["budget_mb"] / p["memory"]["member_mb"]))
-        for rung, r in enumerate(tuned.rung_plan(len(tuned.grid(p["sweep"])), steps,
-                                                 p["tuning"], len(p["tuning_seeds"]))):
-            for part in memory.split(list(range(r["settings"] * r["seeds"])), 1.0, float(fit)):
-                out.append({"experiment": experiment, "task": task, "depth": depth,
-                            "members": len(part), "steps": r["budget"], "flops": flops,
-                            "what": f"sweep rung {rung}"})
-        # The fresh seeds: a trunk to the longest budget of their curve, and each shorter
-        # budget's cool-down branched off it.
-        trunk = max([steps, *p["budgets"]])
-        cooldown = p["train_options"]["cooldown"]
-        branched = sum(b - stable_steps(b, cooldown) for b in {*p["budgets"], steps} - {trunk})
-        out.append({"experiment": experiment, "task": task, "depth": depth,
-                    "members": len(p["final_seeds"]), "steps": trunk + branched,
-                    "flops": flops, "what": "final"})
+        for work in tuned.arm_work(p):
+            # a sweep larger than one ensemble's memory trains in parts, one after another
+            parts = (memory.split(list(range(work["members"])), 1.0, float(fit))
+                     if work["what"] != "final" else [range(work["members"])])
+            out += [{"experiment": experiment, "task": task, "depth": depth,
+                     "members": len(part), "steps": work["steps"], "flops": flops,
+                     "what": work["what"]} for part in parts]
     return out
 
 

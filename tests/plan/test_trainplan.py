@@ -295,6 +295,29 @@ def test_a_budget_per_depth_and_each_arms_budget_curve():
     assert tunedplan.arm_budgets(control, "pre_ln", 100, deepest=True) == [50, 100, 200]
 
 
+def test_an_arms_work_and_the_jobs_priority_put_the_longest_job_first():
+    # One arm: 9 settings x 3 tuning seeds by halving (screen on 1 seed), steps 90, the curve
+    # [30, 180]: rungs of 10 and 30 steps, then 5 fresh seeds on a trunk of 180 steps and the
+    # cool-downs of 30 and 90 (6 and 18 steps) branched off it.
+    arm = {"train_options": {"steps": 90, "cooldown": 0.2}, "budgets": [30, 180],
+           "sweep": {"lr": [1, 2, 3, 4, 5, 6, 7, 8, 9], "warmup": 1, "weight_decay": 0.0},
+           "tuning": {"method": "halving", "eta": 3, "rungs": 3, "screen_seeds": 1},
+           "tuning_seeds": [100, 101, 102], "final_seeds": [0, 1, 2, 3, 4]}
+    assert tunedplan.arm_work(arm) == [
+        {"what": "sweep rung 0", "members": 9, "steps": 10},
+        {"what": "sweep rung 1", "members": 9, "steps": 30},
+        {"what": "final", "members": 5, "steps": 180 + 6 + 18}]
+    jobs = tunedplan.tuned_jobs(DEFAULT, registry.tuned_runs(DEFAULT))
+    priority = {job.key: tunedplan.tuned_job_priority(DEFAULT, job) for job in jobs}
+    deepest = max(jobs, key=lambda j: max(j.depths))
+    control = DEFAULT["depth_grid"]["budget_curve"]["control"]
+    # the control at the deepest depth trains past its budget: the longest job of all
+    assert max(priority, key=priority.get) == (deepest.task, control, deepest.label)
+    for job in jobs:  # a deepest-depth job before every merged shallow one
+        if max(job.depths) == max(deepest.depths):
+            assert all(priority[job.key] > priority[j.key] for j in jobs if len(j.depths) > 1)
+
+
 def test_the_rung_plan_trains_no_lone_survivor_and_screens_on_fewer_seeds():
     halving = {"method": "halving", "eta": 3, "rungs": 3}
     assert tunedplan.rung_plan(9, 900, halving, 3) == [

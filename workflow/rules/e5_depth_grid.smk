@@ -19,6 +19,9 @@ rule train_tuned:
         results("logs/tuned/{task}/{variant}/L{depths}.log"),
     benchmark:
         results("benchmarks/tuned/{task}/{variant}/L{depths}.tsv")
+    # The longest jobs first, so that the short ones (here and in other stages) fill the cores
+    # at the end instead of one long job running alone.
+    priority: tuned_priority
     conda:
         "../../envs/environment.yaml"
     threads: 1

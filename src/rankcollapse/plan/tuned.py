@@ -8,7 +8,7 @@ import itertools
 import math
 from dataclasses import asdict, dataclass
 
-from rankcollapse.core.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, sweep
+from rankcollapse.core.specs import MEMBER_FIELDS, MODEL_KEYS, TrainConfig, stable_steps, sweep
 from rankcollapse.plan.memory import CONTEXT_MB, member_memory_mb
 
 METHODS = ("grid", "halving")
@@ -156,6 +156,31 @@ def tuned_params(config: dict, task: str, variant: str, depth: int) -> dict:
             "memory": tuned_memory(config, task, variant, depth),
             "budgets": arm_budgets(g, variant, steps,
                                    deepest=int(depth) == grid_depths(g, task)[-1])}
+
+
+def arm_work(params: dict) -> list[dict]:
+    """What one tuned arm trains (`params`: tuned_params): [{what, members, steps}], each
+    successive-halving rung's sweep ("sweep rung r") and the fresh seeds ("final": a trunk to the
+    longest budget of their curve, and each shorter budget's cool-down branched off it)."""
+    steps = params["train_options"]["steps"]
+    rungs = rung_plan(len(grid(params["sweep"])), steps, params["tuning"],
+                      len(params["tuning_seeds"]))
+    work = [{"what": f"sweep rung {i}", "members": r["settings"] * r["seeds"],
+             "steps": r["budget"]} for i, r in enumerate(rungs)]
+    trunk = max([steps, *params["budgets"]])
+    cooldown = params["train_options"]["cooldown"]
+    branched = sum(b - stable_steps(b, cooldown) for b in {*params["budgets"], steps} - {trunk})
+    return work + [{"what": "final", "members": len(params["final_seeds"]),
+                    "steps": trunk + branched}]
+
+
+def tuned_job_priority(config: dict, job: TunedJob) -> float:
+    """The job's work, in thousands of layer-member-steps (depth x members x steps over its
+    arms): the workflow's scheduling priority, so that the longest jobs start first and the
+    short ones fill the cores at the end."""
+    return sum(arm["model_options"]["depth"] * sum(w["members"] * w["steps"]
+                                                   for w in arm_work(arm))
+               for arm in tuned_job_params(config, job)["arms"]) / 1000
 
 
 def tuned_memory(config: dict, task: str, variant: str, depth: int) -> dict:

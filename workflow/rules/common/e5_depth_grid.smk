@@ -35,6 +35,12 @@ def tuned_params(wildcards):
     return tunedplan.tuned_job_params(config, tuned_job(wildcards))
 
 
+def tuned_priority(wildcards):
+    """The job's scheduling priority: its work (longest first; 0 for a job not planned)."""
+    key = (wildcards.task, wildcards.variant, wildcards.depths)
+    return tunedplan.tuned_job_priority(config, TUNED[key]) if key in TUNED else 0
+
+
 def tuned_gpu_mb(wildcards):
     """GPU memory (MB) one tuned job declares (0 without GPU)."""
     key = (wildcards.task, wildcards.variant, wildcards.depths)

@@ -41,11 +41,13 @@ def depth_grid(c: dict) -> str:
     steps = (f"{next(iter(budgets.values()))} steps" if len(set(budgets.values())) == 1 else
              "steps " + ", ".join(f"{s} at depth {d}" for d, s in budgets.items()))
     curve = g.get("budget_curve") or {}
+    control = (f"; {curve['control']} at each task's deepest depth to twice its budget where "
+               "the curve stops short of it"
+               if curve.get("control") else "")
     curve_line = (f"; the fresh seeds also at budgets {_list(curve['budgets'])} (cool-downs "
                   f"of one warmup-stable-decay run; {_list(curve.get('variants', []))} up to "
-                  "the longest, the others up to their own"
-                  + (f"; {curve['control']} at each task's deepest depth to twice its budget"
-                     if curve.get("control") else "") + ")" if curve.get("budgets") else "")
+                  f"the longest, the others up to their own{control})"
+                  if curve.get("budgets") else "")
     return (f"{len(arms)} tuned arms ({_list(g['tasks'])} × {_size(g['variants'])} variants; "
             f"{depths}; placements {_list(g.get('placements', [])) or 'none'} at the deepest); "
             f"each a sweep of {settings} settings × {_size(g['tuning_seeds'])} tuning seed(s), "
